@@ -1,0 +1,160 @@
+package workqueue
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+)
+
+// The benchmarks compare the queue against floorQueue: the work that the
+// protocol cannot avoid. Every call takes one lock; Add, Get and Done each
+// update one map entry; ready keys go through a ring. Whatever the queue
+// spends beyond that is its own overhead. The side-by-side comparison with
+// client-go lives in the interop module, which may import it.
+
+// cycler is the slice of the API the benchmarks drive, so the same loop runs
+// on the queue and on the floor.
+type cycler interface {
+	Add(string)
+	Get() (string, bool)
+	Done(string)
+}
+
+type floorQueue struct {
+	mu   sync.Mutex
+	keys map[string]uint8
+	ring ring[string]
+}
+
+func newFloor() *floorQueue { return &floorQueue{keys: map[string]uint8{}} }
+
+func (f *floorQueue) Add(k string) {
+	f.mu.Lock()
+	f.keys[k] = 1
+	f.ring.Push(k)
+	f.mu.Unlock()
+}
+
+func (f *floorQueue) Get() (string, bool) {
+	f.mu.Lock()
+	k := f.ring.Pop()
+	f.keys[k] = 2
+	f.mu.Unlock()
+	return k, false
+}
+
+func (f *floorQueue) Done(k string) {
+	f.mu.Lock()
+	delete(f.keys, k)
+	f.mu.Unlock()
+}
+
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "default/deployment-" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+func impls() []struct {
+	name string
+	make func() cycler
+} {
+	return []struct {
+		name string
+		make func() cycler
+	}{
+		{"impl=queue", func() cycler { return New[string]() }},
+		{"impl=floor", func() cycler { return newFloor() }},
+	}
+}
+
+// BenchmarkAddGetDone is the steady state of a controller with one key in
+// flight: one event, one sync.
+func BenchmarkAddGetDone(b *testing.B) {
+	for _, im := range impls() {
+		b.Run(im.name, func(b *testing.B) {
+			q := im.make()
+			key := "default/web"
+			b.ReportAllocs()
+			for b.Loop() {
+				q.Add(key)
+				k, _ := q.Get()
+				q.Done(k)
+			}
+		})
+	}
+}
+
+// BenchmarkDuplicateAdds is a hot key: ten events arrive before a worker
+// takes it, and coalesce into one sync.
+func BenchmarkDuplicateAdds(b *testing.B) {
+	q := New[string]()
+	key := "default/web"
+	b.ReportAllocs()
+	for b.Loop() {
+		for range 10 {
+			q.Add(key)
+		}
+		k, _ := q.Get()
+		q.Done(k)
+	}
+}
+
+// BenchmarkBurst is a resync: many distinct keys are added, then drained.
+func BenchmarkBurst(b *testing.B) {
+	for _, n := range []int{1000} {
+		keys := benchKeys(n)
+		for _, im := range impls() {
+			b.Run("keys="+strconv.Itoa(n)+"/"+im.name, func(b *testing.B) {
+				q := im.make()
+				b.ReportAllocs()
+				for b.Loop() {
+					for _, k := range keys {
+						q.Add(k)
+					}
+					for range keys {
+						k, _ := q.Get()
+						q.Done(k)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkParallel is many goroutines each adding, getting and finishing
+// its own key: contention on the one lock.
+func BenchmarkParallel(b *testing.B) {
+	for _, mult := range []int{1, 8} {
+		for _, im := range impls() {
+			b.Run("goroutines=GOMAXPROCSx"+strconv.Itoa(mult)+"/"+im.name, func(b *testing.B) {
+				q := im.make()
+				keys := benchKeys(1 << 12)
+				var next sync.Mutex
+				i := 0
+				b.SetParallelism(mult)
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					next.Lock()
+					key := keys[i%len(keys)]
+					i++
+					next.Unlock()
+					for pb.Next() {
+						q.Add(key)
+						k, _ := q.Get()
+						q.Done(k)
+					}
+					// Get may hand this goroutine another's key, and an
+					// Add of a key still queued coalesces, so a goroutine
+					// can end up owed a key nobody will add. Each one that
+					// leaves adds a key of its own for such a Get: the
+					// last goroutine in Get always finds a key, as it
+					// added one just before.
+					q.Add("exit/" + key)
+				})
+			})
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package workqueue
+
+import "time"
+
+// MetricsProvider makes the metrics of a queue. A queue asks for them once,
+// in NewWithConfig, when Config.Name is not empty and Config.Metrics is not
+// nil; there is no global provider, so two queues (or two tests) can report
+// to different places.
+//
+// The provider is told the queue's name and given a function that reads the
+// queue's Stats. Gauges (depth, waiting keys, unfinished work, longest
+// running processor) should be computed by calling it when they are
+// scraped: the values are then exact at that moment, even while a worker is
+// stuck, and no goroutine has to refresh them. Events that gauges cannot
+// express (adds, retries, latencies) are reported through QueueMetrics.
+type MetricsProvider interface {
+	// NewQueueMetrics is called once per queue. stats is safe to call from
+	// any goroutine at any time, also after the queue has shut down; it
+	// takes the queue's lock briefly, so it must not be called from a
+	// QueueMetrics method.
+	NewQueueMetrics(name string, stats func() Stats) QueueMetrics
+}
+
+// QueueMetrics receives the events of one queue. Its methods are called
+// after the queue has released its lock, from the goroutine that called
+// the queue method (or from the delay timer's goroutine), possibly
+// concurrently with each other: they must be safe for concurrent use. They
+// are on the hot path, so they should be cheap, and they must not block.
+type QueueMetrics interface {
+	// Added reports that a key became dirty: it was not already due for a
+	// run (duplicates of a queued key are not adds). client-go's
+	// workqueue_adds_total.
+	Added()
+	// Retried reports an AddAfter call (and so every AddRateLimited),
+	// counted as client-go counts workqueue_retries_total.
+	Retried()
+	// Waited reports how long a key was dirty before Get handed it out:
+	// client-go's workqueue_queue_duration_seconds.
+	Waited(d time.Duration)
+	// Worked reports how long a key was processed, from Get to Done:
+	// client-go's workqueue_work_duration_seconds.
+	Worked(d time.Duration)
+	// ShutDown reports that the queue has shut down; it is called once.
+	// Stats stays readable afterwards.
+	ShutDown()
+}
+
+// The no-op default is the nil QueueMetrics: a queue without metrics checks
+// for nil once per call instead of calling empty methods through an
+// interface, and skips the clock reads that only metrics need.

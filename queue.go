@@ -1,0 +1,492 @@
+// Package workqueue is a generic, coalescing, keyed work queue for
+// controllers: events become keys, a key is queued at most once however many
+// events arrive, a key is never handed to two workers at once, and a key that
+// changes while it is processed is processed once more after Done.
+//
+// It keeps the protocol of client-go's util/workqueue, so controllers move
+// over by changing an import and a constructor, and it specifies every case
+// that protocol left open: see the state table in README.md.
+package workqueue
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"time"
+)
+
+// ErrShutDown is returned by GetContext once the queue has shut down and no
+// ready key is left.
+var ErrShutDown = errors.New("workqueue: shut down")
+
+// Config configures a Queue. Its zero value is a plain FIFO queue without
+// metrics.
+type Config[T comparable] struct {
+	// Name names the queue in metrics. An empty Name means no metrics.
+	Name string
+	// Metrics receives the queue's metrics. Nil means no metrics.
+	Metrics MetricsProvider
+	// Store holds the ready keys and decides their order. Nil means a FIFO
+	// ring buffer. A Store must not be shared between queues.
+	Store Store[T]
+}
+
+// Stats is a snapshot of a queue's counts, taken under its lock.
+type Stats struct {
+	// Ready counts keys waiting in the store for Get: Len().
+	Ready int
+	// Waiting counts keys whose run is delayed by AddAfter.
+	Waiting int
+	// Processing counts keys handed out by Get and not yet Done.
+	Processing int
+	// Dirty counts keys due for a run that Get has not handed out yet: the
+	// ready keys and the processing keys added again since their Get.
+	// This is client-go's depth metric.
+	Dirty int
+	// UnfinishedWork is the sum of the ages of the runs in progress, and
+	// LongestRunning the age of the oldest. They are measured only when
+	// the queue has metrics; otherwise they are zero.
+	UnfinishedWork, LongestRunning time.Duration
+}
+
+// Queue is a coalescing work queue of keys of type T.
+//
+// The zero Queue is an empty FIFO queue without metrics, ready to use; New
+// returns the same thing. A Queue must not be copied after first use. All
+// methods are safe for concurrent use.
+//
+// A plain Queue starts no goroutine. While keys wait for an AddAfter
+// deadline, one timer is armed for the earliest deadline.
+type Queue[T comparable] struct {
+	// mu guards every field below. cond.L is &mu; it is set on first wait
+	// so that the zero Queue works. Get waits on cond for a ready key;
+	// ShutDownWithDrain waits on it for the queue to empty.
+	mu   sync.Mutex
+	cond sync.Cond
+
+	// keys holds every key that is ready, waiting or processing, with its
+	// flags: the dirty and processing sets (dirty_set.go).
+	keys shrinkingMap[T, keyState]
+
+	// The ready keys: in fifo unless Config.Store gave a store. prio is
+	// store again when it is a PriorityStore, else nil.
+	fifo  ring[T]
+	store Store[T]
+	prio  PriorityStore[T]
+
+	// delay holds the waiting keys, their heap and the timer (delay.go).
+	delay delayState[T]
+
+	dirty      int // keys with fDirty: ready, or processing and due again
+	processing int // keys with fProcessing
+	getters    int // goroutines waiting in Get or GetContext
+	drainers   int // goroutines waiting in ShutDownWithDrain*
+
+	shuttingDown bool
+
+	// clock is the queue's time origin; times are kept as nanoseconds since
+	// it (monotonic). Set when first needed.
+	clock time.Time
+
+	// metrics is nil without metrics; then procs is unused and no clock
+	// is read on Add, Get or Done.
+	metrics QueueMetrics
+	procs   processingSet[T]
+}
+
+// New returns an empty FIFO queue without metrics.
+func New[T comparable]() *Queue[T] { return &Queue[T]{} }
+
+// NewWithConfig returns an empty queue configured by cfg. Metrics are on
+// when cfg.Name is not empty and cfg.Metrics is not nil.
+func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
+	q := &Queue[T]{}
+	if cfg.Store != nil {
+		q.store = cfg.Store
+		q.prio, _ = cfg.Store.(PriorityStore[T])
+	}
+	if cfg.Name != "" && cfg.Metrics != nil {
+		q.metrics = cfg.Metrics.NewQueueMetrics(cfg.Name, q.Stats)
+	}
+	return q
+}
+
+// Add marks item dirty: it will be handed out by Get once, however many
+// times it is added before then. A key that is processing is handed out
+// again after its Done. A key waiting for an AddAfter deadline becomes ready
+// now. After ShutDown, Add does nothing.
+func (q *Queue[T]) Add(item T) { q.addPrio(item, 0) }
+
+// AddWithPriority is Add with a priority for the key's pending run, for a
+// queue whose Config.Store is a PriorityStore (such as NewPriorityStore).
+// Higher runs first. When the key is already due, it keeps the higher of
+// the two priorities: a raise moves it to the back of its new level, a lower
+// priority changes nothing. With any other store it is Add. Priorities
+// outside the int32 range are clamped to it.
+func (q *Queue[T]) AddWithPriority(item T, priority int) {
+	q.addPrio(item, clampPrio(priority))
+}
+
+func clampPrio(p int) int32 {
+	return int32(min(max(p, math.MinInt32), math.MaxInt32))
+}
+
+func (q *Queue[T]) addPrio(item T, prio int32) {
+	q.mu.Lock()
+	if q.shuttingDown {
+		q.mu.Unlock()
+		return
+	}
+	added := q.markDirty(item, prio)
+	q.mu.Unlock()
+	if added && q.metrics != nil {
+		q.metrics.Added()
+	}
+}
+
+// markDirty gives item a run due now, at priority prio, following the Add
+// column of the state table. It reports whether the key became dirty (an
+// "add" for metrics). q.mu must be held and the queue not shut down.
+func (q *Queue[T]) markDirty(item T, prio int32) bool {
+	st, ok := q.keys.m[item]
+	if ok && st.flags&fDirty != 0 {
+		// Already due: ready, or processing+dirty. Keep the higher
+		// priority; only a ready key is in the store to raise or touch.
+		if st.flags&fProcessing != 0 {
+			if prio > st.prio {
+				st.prio = prio
+				q.keys.m[item] = st
+			}
+			return false
+		}
+		if prio > st.prio && q.prio != nil {
+			st.prio = prio
+			q.keys.m[item] = st
+			q.prio.Raise(item, int(prio))
+			return false
+		}
+		q.touch(item)
+		return false
+	}
+	if ok && st.flags&fWaiting != 0 {
+		// The run due now is earlier than the deadline: drop the heap
+		// entry, keep the higher priority.
+		prio = max(prio, q.delay.remove(item))
+		st.flags &^= fWaiting
+	}
+	st.flags |= fDirty
+	st.prio = prio
+	if q.metrics != nil {
+		st.at = q.now()
+	}
+	q.keys.put(item, st)
+	q.dirty++
+	if st.flags&fProcessing == 0 {
+		q.push(item, prio)
+	}
+	return true
+}
+
+// push puts item into the store and wakes one getter. q.mu must be held.
+func (q *Queue[T]) push(item T, prio int32) {
+	switch {
+	case q.store == nil:
+		q.fifo.Push(item)
+	case q.prio != nil && prio != 0:
+		q.prio.PushPriority(item, int(prio))
+	default:
+		q.store.Push(item)
+	}
+	q.wake()
+}
+
+// wake tells a waiting getter that a key is ready. After shutdown it wakes
+// every waiter, because drainers wait on the same cond and a single Signal
+// could reach a drainer instead of the getter that has to take the key.
+// q.mu must be held.
+func (q *Queue[T]) wake() {
+	if q.shuttingDown {
+		q.cond.Broadcast()
+	} else if q.getters > 0 {
+		q.cond.Signal()
+	}
+}
+
+func (q *Queue[T]) touch(item T) {
+	if q.store != nil {
+		q.store.Touch(item)
+	}
+}
+
+func (q *Queue[T]) pop() T {
+	if q.store == nil {
+		return q.fifo.Pop()
+	}
+	return q.store.Pop()
+}
+
+func (q *Queue[T]) ready() int {
+	if q.store == nil {
+		return q.fifo.Len()
+	}
+	return q.store.Len()
+}
+
+// now returns the queue clock in nanoseconds. q.mu must be held.
+func (q *Queue[T]) now() int64 {
+	if q.clock.IsZero() {
+		q.clock = time.Now()
+	}
+	return int64(time.Since(q.clock))
+}
+
+// wait blocks on cond. q.mu must be held.
+func (q *Queue[T]) wait() {
+	if q.cond.L == nil {
+		q.cond.L = &q.mu
+	}
+	q.cond.Wait()
+}
+
+// Get blocks until a key is ready, marks it processing and returns it. The
+// caller must call Done(item) when it has finished with it. Once the queue
+// is shut down and no key is ready, Get returns shutdown == true; until
+// then it keeps handing out the keys that were ready.
+func (q *Queue[T]) Get() (item T, shutdown bool) {
+	q.mu.Lock()
+	for q.ready() == 0 && !q.shuttingDown {
+		q.getters++
+		q.wait()
+		q.getters--
+	}
+	if q.ready() == 0 {
+		q.mu.Unlock()
+		return item, true
+	}
+	item, waited := q.take()
+	q.mu.Unlock()
+	if q.metrics != nil {
+		q.metrics.Waited(waited)
+	}
+	return item, false
+}
+
+// GetContext is Get that gives up when ctx ends. It returns ctx.Err() if ctx
+// is done before a key is taken (also when it is done on entry, so a worker
+// loop stops taking keys as soon as its context ends), and ErrShutDown once
+// the queue has shut down and no key is ready. A key is either returned,
+// marked processing, or left ready for another getter: never lost.
+func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
+	var zero T
+	q.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		q.mu.Unlock()
+		return zero, err
+	}
+	if q.ready() == 0 && !q.shuttingDown {
+		if ctx.Done() != nil {
+			// The callback takes the lock before it broadcasts, so a
+			// getter that saw ctx alive and went to wait is woken.
+			stop := context.AfterFunc(ctx, func() {
+				q.mu.Lock()
+				q.cond.Broadcast()
+				q.mu.Unlock()
+			})
+			defer stop()
+		}
+		for q.ready() == 0 && !q.shuttingDown {
+			if err := ctx.Err(); err != nil {
+				q.mu.Unlock()
+				return zero, err
+			}
+			q.getters++
+			q.wait()
+			q.getters--
+		}
+		if err := ctx.Err(); err != nil {
+			// A Signal meant for some getter may have woken this one:
+			// pass it on, so the ready key is not left unclaimed.
+			if q.ready() > 0 && q.getters > 0 {
+				q.cond.Signal()
+			}
+			q.mu.Unlock()
+			return zero, err
+		}
+	}
+	if q.ready() == 0 {
+		q.mu.Unlock()
+		return zero, ErrShutDown
+	}
+	item, waited := q.take()
+	q.mu.Unlock()
+	if q.metrics != nil {
+		q.metrics.Waited(waited)
+	}
+	return item, nil
+}
+
+// take pops the next ready key and marks it processing. It returns how long
+// the key was dirty when the queue has metrics. q.mu must be held and a key
+// must be ready.
+func (q *Queue[T]) take() (T, time.Duration) {
+	item := q.pop()
+	q.dirty--
+	q.processing++
+	if q.metrics == nil {
+		// A ready key has only fDirty: overwriting the entry is exact
+		// and hashes the key once.
+		q.keys.m[item] = keyState{flags: fProcessing}
+		return item, 0
+	}
+	now := q.now()
+	st := q.keys.m[item]
+	q.keys.m[item] = keyState{flags: fProcessing}
+	q.procs.start(item, now)
+	return item, time.Duration(now - st.at)
+}
+
+// Done marks item as no longer processing. If it was added again meanwhile
+// it becomes ready (at the tail of the store), or waiting if it was added
+// with AddAfter. Done of a key that is not processing does nothing.
+func (q *Queue[T]) Done(item T) {
+	q.mu.Lock()
+	st, ok := q.keys.m[item]
+	if !ok || st.flags&fProcessing == 0 {
+		q.mu.Unlock()
+		return
+	}
+	q.processing--
+	st.flags &^= fProcessing
+	var worked time.Duration
+	if q.metrics != nil {
+		now := q.now()
+		worked = time.Duration(now - q.procs.finish(item))
+		if st.flags&fDirty != 0 {
+			// Dirty while processing: its wait for a worker starts
+			// now, as in client-go.
+			st.at = now
+		}
+	}
+	switch {
+	case st.flags != 0:
+		q.keys.m[item] = st
+		if st.flags&fDirty != 0 {
+			q.push(item, st.prio)
+		}
+	default:
+		q.keys.del(item)
+	}
+	if q.drainers > 0 && q.processing == 0 {
+		q.cond.Broadcast()
+	}
+	q.mu.Unlock()
+	if q.metrics != nil {
+		q.metrics.Worked(worked)
+	}
+}
+
+// Len returns the number of ready keys, as client-go's Len does: keys
+// waiting for a deadline or processing are not counted (see Stats).
+func (q *Queue[T]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ready()
+}
+
+// Stats returns the queue's counts, all taken at one moment.
+func (q *Queue[T]) Stats() Stats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := Stats{
+		Ready:      q.ready(),
+		Waiting:    q.delay.len(),
+		Processing: q.processing,
+		Dirty:      q.dirty,
+	}
+	if q.metrics != nil {
+		u, l := q.procs.ages(q.now())
+		s.UnfinishedWork, s.LongestRunning = time.Duration(u), time.Duration(l)
+	}
+	return s
+}
+
+// ShutDown stops the queue from accepting keys: Add and AddAfter are ignored
+// from now on, waiting keys are dropped and the delay timer is stopped. Get
+// keeps handing out the ready keys and then reports shutdown; Done still
+// works, and a key added again while processing is still handed out once
+// more. ShutDown does not wait; it may be called more than once.
+func (q *Queue[T]) ShutDown() {
+	q.mu.Lock()
+	first := q.shutDownLocked()
+	q.mu.Unlock()
+	if first && q.metrics != nil {
+		q.metrics.ShutDown()
+	}
+}
+
+// shutDownLocked shuts the queue down and reports whether this call did it.
+// q.mu must be held.
+func (q *Queue[T]) shutDownLocked() bool {
+	if q.shuttingDown {
+		return false
+	}
+	q.shuttingDown = true
+	q.delay.dropAll(func(item T) {
+		st := q.keys.m[item]
+		if st.flags &^= fWaiting; st.flags == 0 {
+			q.keys.del(item)
+		} else {
+			q.keys.m[item] = st
+		}
+	})
+	q.cond.Broadcast()
+	return true
+}
+
+// ShutDownWithDrain shuts the queue down like ShutDown and then waits until
+// no key is ready and none is processing: every key already due has been
+// handed out and Done. Workers must keep calling Get and Done meanwhile, or
+// it never returns. Every concurrent caller returns once the queue is empty.
+func (q *Queue[T]) ShutDownWithDrain() {
+	_ = q.ShutDownWithDrainContext(context.Background())
+}
+
+// ShutDownWithDrainContext is ShutDownWithDrain that gives up when ctx ends,
+// returning ctx.Err(). The queue stays shut down either way; keys still
+// ready or processing are left to the workers.
+func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
+	q.mu.Lock()
+	first := q.shutDownLocked()
+	var err error
+	if q.ready() > 0 || q.processing > 0 {
+		if ctx.Done() != nil {
+			stop := context.AfterFunc(ctx, func() {
+				q.mu.Lock()
+				q.cond.Broadcast()
+				q.mu.Unlock()
+			})
+			defer stop()
+		}
+		q.drainers++
+		for q.ready() > 0 || q.processing > 0 {
+			if err = ctx.Err(); err != nil {
+				break
+			}
+			q.wait()
+		}
+		q.drainers--
+	}
+	q.mu.Unlock()
+	if first && q.metrics != nil {
+		q.metrics.ShutDown()
+	}
+	return err
+}
+
+// ShuttingDown reports whether ShutDown (or a drain) has been called.
+func (q *Queue[T]) ShuttingDown() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.shuttingDown
+}

@@ -1,0 +1,116 @@
+package workqueue
+
+// Store holds the ready keys of a Queue: keys that are due for processing and
+// not yet handed out by Get. It decides the order in which Get hands them out.
+//
+// Caller and locking: only the Queue calls a Store, and always with the
+// queue's lock held, from whichever goroutine called Add, Get, Done or fired
+// a delay. A Store therefore needs no locking of its own, must not block, and
+// must not call back into the queue.
+//
+// Invariants the queue keeps for the Store:
+//   - Push is called only with an item that is not in the store.
+//   - Pop is called only when Len() > 0.
+//   - Touch is called only with an item that is in the store, when it is
+//     added again while still waiting to be handed out (a duplicate Add).
+//     A FIFO ignores it; a store may use it to reorder.
+//
+// The method set equals client-go's workqueue.Queue[T], so a store written
+// for one library works with the other.
+type Store[T comparable] interface {
+	// Push adds item, which is not in the store.
+	Push(item T)
+	// Pop removes and returns the next item to hand out. Len() > 0.
+	Pop() T
+	// Len reports how many items the store holds.
+	Len() int
+	// Touch tells the store that item, which it holds, was added again.
+	Touch(item T)
+}
+
+// PriorityStore is a Store that orders keys by an integer priority, higher
+// first. When Config.Store is a PriorityStore, AddWithPriority and
+// AddAfterWithPriority pass their priority to it; plain Push means priority 0.
+// The queue keeps the same locking and invariants as for Store, and in
+// addition:
+//   - PushPriority is called only with an item that is not in the store.
+//   - Raise is called only with an item that is in the store at a priority
+//     lower than priority; the store moves it to the back of that level.
+type PriorityStore[T comparable] interface {
+	Store[T]
+	// PushPriority adds item, which is not in the store, at priority.
+	PushPriority(item T, priority int)
+	// Raise moves item, which is in the store at a lower priority, to the
+	// back of priority's level.
+	Raise(item T, priority int)
+}
+
+// minRing is the smallest capacity the ring keeps after shrinking. Small
+// enough that an idle queue holds almost nothing, large enough that a queue
+// with a handful of keys in flight never reallocates.
+const minRing = 16
+
+// ring is the default Store: a FIFO over a circular buffer whose capacity is
+// a power of two. Unlike a slice used as a queue (s = s[1:], then append),
+// it reuses its slots, so a steady Add/Get cycle allocates nothing. Popped
+// slots are zeroed so that the ring never keeps a key (and what it points
+// to) alive, and the buffer halves when it is at most a quarter full, so its
+// memory follows the live key count rather than the peak of a burst.
+//
+// The zero ring is an empty FIFO. It is not safe for concurrent use; the
+// queue calls it under its lock.
+type ring[T comparable] struct {
+	buf  []T // len(buf) is 0 or a power of two
+	head int // index of the oldest item
+	n    int // number of items
+}
+
+// Push appends item at the tail. Amortized O(1).
+func (r *ring[T]) Push(item T) {
+	if r.n == len(r.buf) {
+		r.resize(max(2*len(r.buf), minRing))
+	}
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = item
+	r.n++
+}
+
+// Pop removes and returns the oldest item. Amortized O(1); r.n > 0.
+func (r *ring[T]) Pop() T {
+	var zero T
+	item := r.buf[r.head]
+	r.buf[r.head] = zero
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+	if r.n == 0 {
+		// Restart at slot 0: keeps a busy ring cache-friendly and lets
+		// the shrink below copy nothing when it empties.
+		r.head = 0
+	}
+	if len(r.buf) > minRing && r.n <= len(r.buf)/4 {
+		r.resize(len(r.buf) / 2)
+	}
+	return item
+}
+
+// Len reports the number of items. O(1).
+func (r *ring[T]) Len() int { return r.n }
+
+// Touch does nothing: a FIFO keeps a re-added key at its first place.
+func (r *ring[T]) Touch(T) {}
+
+// resize moves the items, oldest first, into a new buffer of size c >= r.n.
+func (r *ring[T]) resize(c int) {
+	buf := make([]T, c)
+	if r.n > 0 {
+		k := copy(buf, r.buf[r.head:min(r.head+r.n, len(r.buf))])
+		copy(buf[k:], r.buf[:r.n-k])
+	}
+	r.buf = buf
+	r.head = 0
+}
+
+// NewFIFOStore returns the queue's default Store: a FIFO ring buffer that
+// ignores Touch, zeroes popped slots and shrinks after a burst. It is useful
+// to wrap or to hand to client-go. Like every Store it is not safe for
+// concurrent use on its own.
+func NewFIFOStore[T comparable]() Store[T] { return &ring[T]{} }
