@@ -57,12 +57,22 @@ const minRing = 16
 // to) alive, and the buffer halves when it is at most a quarter full, so its
 // memory follows the live key count rather than the peak of a burst.
 //
+// Shrinking has one brake. A controller's resync adds the same number of
+// keys again and again, and a ring that shrank to nothing after each burst
+// would grow back, allocating, every time. So the ring remembers the peak
+// of the last burst (the most it held between two moments it was empty) and
+// does not shrink below that while draining the next one. One large burst
+// followed by small ones still gives its memory back: the small burst's
+// drain is bounded by the small peak.
+//
 // The zero ring is an empty FIFO. It is not safe for concurrent use; the
 // queue calls it under its lock.
 type ring[T comparable] struct {
 	buf  []T // len(buf) is 0 or a power of two
 	head int // index of the oldest item
 	n    int // number of items
+	peak int // most items held since the ring was last empty
+	keep int // peak of the previous burst: the ring does not shrink below it
 }
 
 // Push appends item at the tail. Amortized O(1).
@@ -72,6 +82,7 @@ func (r *ring[T]) Push(item T) {
 	}
 	r.buf[(r.head+r.n)&(len(r.buf)-1)] = item
 	r.n++
+	r.peak = max(r.peak, r.n)
 }
 
 // Pop removes and returns the oldest item. Amortized O(1); r.n > 0.
@@ -82,11 +93,12 @@ func (r *ring[T]) Pop() T {
 	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.n--
 	if r.n == 0 {
-		// Restart at slot 0: keeps a busy ring cache-friendly and lets
-		// the shrink below copy nothing when it empties.
+		// A burst ended. Restart at slot 0, which keeps a busy ring
+		// cache-friendly and lets a shrink copy nothing.
 		r.head = 0
+		r.keep, r.peak = r.peak, 0
 	}
-	if len(r.buf) > minRing && r.n <= len(r.buf)/4 {
+	if r.n <= len(r.buf)/4 && len(r.buf)/2 >= max(minRing, r.keep) {
 		r.resize(len(r.buf) / 2)
 	}
 	return item
