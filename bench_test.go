@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The benchmarks compare the queue against floorQueue: the work that the
@@ -49,6 +50,20 @@ func (f *floorQueue) Done(k string) {
 	f.mu.Unlock()
 }
 
+// nopProvider is a MetricsProvider whose metrics do nothing: what is left
+// is the queue's own cost of measuring (clock reads, start times).
+type nopProvider struct{}
+
+func (nopProvider) NewQueueMetrics(string, func() Stats) QueueMetrics { return nopMetrics{} }
+
+type nopMetrics struct{}
+
+func (nopMetrics) Added()               {}
+func (nopMetrics) Retried()             {}
+func (nopMetrics) Waited(time.Duration) {}
+func (nopMetrics) Worked(time.Duration) {}
+func (nopMetrics) ShutDown()            {}
+
 func benchKeys(n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
@@ -67,6 +82,9 @@ func impls() []struct {
 	}{
 		{"impl=queue", func() cycler { return New[string]() }},
 		{"impl=floor", func() cycler { return newFloor() }},
+		{"impl=queue+metrics", func() cycler {
+			return NewWithConfig(Config[string]{Name: "bench", Metrics: nopProvider{}})
+		}},
 	}
 }
 

@@ -27,14 +27,20 @@ const (
 // keyState is what the queue knows of one key. It is stored by value in the
 // table, so it is kept small: 16 bytes.
 type keyState struct {
-	// at is when the key last became dirty, in queue clock nanoseconds;
-	// read only when the queue has metrics (queue latency).
+	// at is, in queue clock nanoseconds, when a key that is not
+	// processing became dirty (for queue latency), or when a processing
+	// key's run started (for work duration and the age gauges). Kept
+	// only when the queue has metrics.
 	at int64
 	// prio is the priority of the key's pending run (0 for plain Add). It
 	// travels with a processing+dirty key to the store at Done.
 	prio int32
 	// flags holds fDirty, fWaiting and fProcessing.
 	flags uint8
+	// gen is the generation of a processing key's run (with metrics), so
+	// that the processing set can tell this run's record from an earlier
+	// run's.
+	gen uint16
 }
 
 // shrinkMin is the peak size below which a map is never rebuilt: small maps

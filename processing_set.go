@@ -1,43 +1,116 @@
 package workqueue
 
-// The processing flag of a key lives in the key table (dirty_set.go). What
-// is kept here is the part of the processing set that only metrics need:
-// when each processing key was handed out. It answers "how long has the
-// oldest run been going" and "how much unfinished work is there" exactly at
-// the moment a scrape asks, without a goroutine recomputing them on a tick.
+// The processing flag of a key lives in the key table (dirty_set.go), and
+// so does, while a queue has metrics, the time its run started (keyState.at).
+// What is kept here is the rest of the processing set that only metrics
+// need: the runs in the order they started, to answer "how long has the
+// oldest run been going", and the sum of their start times, to answer "how
+// much unfinished work is there". Both are exact at the moment a scrape
+// asks, and no goroutine recomputes them on a tick (client-go's does, every
+// 500 ms, under the queue lock).
+//
+// Get appends a record; Done removes it when it is the oldest, which is the
+// usual case, and otherwise only counts it as stale: records are not
+// searched for on the hot path. Stale records are dropped when they reach
+// the front, and all of them at once when they outnumber the live ones, so
+// the records stay within twice the processing keys plus a constant.
 //
 // A queue without metrics never touches it, so its Get and Done stay free of
 // clock reads.
 type processingSet[T comparable] struct {
-	started shrinkingMap[T, int64] // processing key -> Get time, queue clock ns
-	sum     int64                  // sum of the values in started
+	order ring[startRecord[T]] // runs by start time, oldest first; some stale
+	stale int                  // records in order whose run has ended
+	sum   int64                // sum of the start times of the live runs
+	gen   uint16               // generation of the last run started
+
+	// dirtyAt holds, for a processing key that was added again, when that
+	// add happened: its next run's queue latency counts from then, as in
+	// client-go. Only keys dirtied while processing are in it.
+	dirtyAt shrinkingMap[T, int64]
 }
 
-// start records that item was handed out at now.
-func (p *processingSet[T]) start(item T, now int64) {
-	p.started.put(item, now)
+// startRecord is one started run. gen tells a key's runs apart: a record is
+// live while the key is processing with the same generation. Generations
+// count every run of the queue and wrap at 65536; a stale record is dropped
+// within (processing keys + 17) Dones, so it cannot meet a run of its key
+// with the same generation unless some 65000 keys are processing at once.
+type startRecord[T comparable] struct {
+	item T
+	at   int64
+	gen  uint16
+}
+
+// start records that a run of item began at now, and returns the run's
+// generation for the key table.
+func (p *processingSet[T]) start(item T, now int64) uint16 {
+	p.gen++
+	p.order.Push(startRecord[T]{item, now, p.gen})
 	p.sum += now
+	return p.gen
 }
 
-// finish forgets item and returns when it was handed out.
-func (p *processingSet[T]) finish(item T) int64 {
-	t := p.started.m[item]
-	p.started.del(item)
-	p.sum -= t
-	return t
+// finish records that the run of item (generation gen, started at) ended.
+// keys is the key table and live the number of runs still going. The
+// caller updates keys afterwards.
+func (p *processingSet[T]) finish(item T, at int64, gen uint16, keys map[T]keyState, live int) {
+	p.sum -= at
+	if p.order.Len() > 0 {
+		if h := p.order.peek(); h.item == item && h.gen == gen {
+			p.order.Pop()
+			return
+		}
+	}
+	p.stale++
+	if p.stale > live+16 {
+		p.compact(item, keys)
+	}
 }
 
-// ages returns the sum of the ages of all processing keys and the age of
-// the oldest one, at now. O(n) in the number of processing keys for the
-// oldest, which is bounded by the number of workers.
-func (p *processingSet[T]) ages(now int64) (unfinished, longest int64) {
-	n := int64(len(p.started.m))
-	if n == 0 {
+// compact drops every stale record. ended is the key whose run just ended
+// but whose table entry still says processing.
+func (p *processingSet[T]) compact(ended T, keys map[T]keyState) {
+	for range p.order.Len() {
+		r := p.order.Pop()
+		if r.item != ended && isLive(r, keys) {
+			p.order.Push(r)
+		}
+	}
+	p.stale = 0
+}
+
+func isLive[T comparable](r startRecord[T], keys map[T]keyState) bool {
+	st, ok := keys[r.item]
+	return ok && st.flags&fProcessing != 0 && st.gen == r.gen
+}
+
+// ages returns the sum of the ages of the runs in progress and the age of
+// the oldest, at now. live is the number of runs in progress. It drops the
+// stale records in front of the oldest live one.
+func (p *processingSet[T]) ages(now int64, keys map[T]keyState, live int) (unfinished, longest int64) {
+	if live == 0 {
 		return 0, 0
 	}
-	oldest := now
-	for _, t := range p.started.m {
-		oldest = min(oldest, t)
+	for p.order.Len() > 0 && !isLive(p.order.peek(), keys) {
+		p.order.Pop()
+		p.stale--
 	}
-	return n*now - p.sum, now - oldest
+	if p.order.Len() > 0 {
+		longest = now - p.order.peek().at
+	}
+	return int64(live)*now - p.sum, longest
+}
+
+// dirtied records that processing item was added again at now, unless an
+// earlier add already did.
+func (p *processingSet[T]) dirtied(item T, now int64) {
+	if _, ok := p.dirtyAt.m[item]; !ok {
+		p.dirtyAt.put(item, now)
+	}
+}
+
+// requeued returns when processing item was added again, and forgets it.
+func (p *processingSet[T]) requeued(item T) int64 {
+	at := p.dirtyAt.m[item]
+	p.dirtyAt.del(item)
+	return at
 }

@@ -89,8 +89,8 @@ type Queue[T comparable] struct {
 	// it (monotonic). Set when first needed.
 	clock time.Time
 
-	// metrics is nil without metrics; then procs is unused and no clock
-	// is read on Add, Get or Done.
+	// metrics is nil without metrics; then procs and keyState.at are
+	// unused and no clock is read on Add, Get or Done.
 	metrics QueueMetrics
 	procs   processingSet[T]
 }
@@ -178,7 +178,11 @@ func (q *Queue[T]) markDirty(item T, prio int32) bool {
 	st.flags |= fDirty
 	st.prio = prio
 	if q.metrics != nil {
-		st.at = q.now()
+		if st.flags&fProcessing != 0 {
+			q.procs.dirtied(item, q.now()) // st.at is the run's start
+		} else {
+			st.at = q.now()
+		}
 	}
 	q.keys.put(item, st)
 	q.dirty++
@@ -341,8 +345,8 @@ func (q *Queue[T]) take() (T, time.Duration) {
 	}
 	now := q.now()
 	st := q.keys.m[item]
-	q.keys.m[item] = keyState{flags: fProcessing}
-	q.procs.start(item, now)
+	gen := q.procs.start(item, now)
+	q.keys.m[item] = keyState{at: now, flags: fProcessing, gen: gen}
 	return item, time.Duration(now - st.at)
 }
 
@@ -360,12 +364,12 @@ func (q *Queue[T]) Done(item T) {
 	st.flags &^= fProcessing
 	var worked time.Duration
 	if q.metrics != nil {
-		now := q.now()
-		worked = time.Duration(now - q.procs.finish(item))
+		worked = time.Duration(q.now() - st.at)
+		q.procs.finish(item, st.at, st.gen, q.keys.m, q.processing)
 		if st.flags&fDirty != 0 {
-			// Dirty while processing: its wait for a worker starts
-			// now, as in client-go.
-			st.at = now
+			// Its queue latency counts from the add that dirtied it
+			// while it was processing, as in client-go.
+			st.at = q.procs.requeued(item)
 		}
 	}
 	switch {
@@ -405,7 +409,7 @@ func (q *Queue[T]) Stats() Stats {
 		Dirty:      q.dirty,
 	}
 	if q.metrics != nil {
-		u, l := q.procs.ages(q.now())
+		u, l := q.procs.ages(q.now(), q.keys.m, q.processing)
 		s.UnfinishedWork, s.LongestRunning = time.Duration(u), time.Duration(l)
 	}
 	return s

@@ -107,6 +107,9 @@ func (r *ring[T]) Pop() T {
 // Len reports the number of items. O(1).
 func (r *ring[T]) Len() int { return r.n }
 
+// peek returns the oldest item without removing it; r.n > 0.
+func (r *ring[T]) peek() T { return r.buf[r.head] }
+
 // Touch does nothing: a FIFO keeps a re-added key at its first place.
 func (r *ring[T]) Touch(T) {}
 

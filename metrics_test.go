@@ -1,0 +1,181 @@
+package workqueue
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// recorder is a MetricsProvider that remembers every event.
+type recorder struct {
+	mu       sync.Mutex
+	name     string
+	stats    func() Stats
+	added    int
+	retried  int
+	waited   []time.Duration
+	worked   []time.Duration
+	shutDown int
+}
+
+func (r *recorder) NewQueueMetrics(name string, stats func() Stats) QueueMetrics {
+	r.name, r.stats = name, stats
+	return r
+}
+func (r *recorder) Added()   { r.mu.Lock(); r.added++; r.mu.Unlock() }
+func (r *recorder) Retried() { r.mu.Lock(); r.retried++; r.mu.Unlock() }
+func (r *recorder) Waited(d time.Duration) {
+	r.mu.Lock()
+	r.waited = append(r.waited, d)
+	r.mu.Unlock()
+}
+func (r *recorder) Worked(d time.Duration) {
+	r.mu.Lock()
+	r.worked = append(r.worked, d)
+	r.mu.Unlock()
+}
+func (r *recorder) ShutDown() { r.mu.Lock(); r.shutDown++; r.mu.Unlock() }
+
+// adds reads the add counter under the lock: the timer's goroutine writes it.
+func (r *recorder) adds() int { r.mu.Lock(); defer r.mu.Unlock(); return r.added }
+
+func TestMetricsNeedNameAndProvider(t *testing.T) {
+	r := &recorder{}
+	q := NewWithConfig(Config[string]{Metrics: r})
+	q.Add("a")
+	require.Nil(t, r.stats, "a queue without a Name must not ask the provider for metrics")
+	require.Zero(t, r.added)
+
+	q = NewWithConfig(Config[string]{Name: "q", Metrics: r})
+	require.Equal(t, "q", r.name)
+	q.Add("a")
+	require.Equal(t, 1, r.added)
+}
+
+func TestMetricsEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{}
+		q := NewWithConfig(Config[string]{Name: "q", Metrics: r})
+
+		q.Add("a")
+		time.Sleep(time.Second)
+		q.Add("a") // duplicate: not an add
+		require.Equal(t, 1, r.added, "a duplicate of a queued key is not an add")
+
+		k, _ := q.Get()
+		require.Equal(t, []time.Duration{time.Second}, r.waited, "queue latency runs from the first add")
+		time.Sleep(2 * time.Second)
+		s := r.stats()
+		require.Equal(t, 2*time.Second, s.UnfinishedWork)
+		require.Equal(t, 2*time.Second, s.LongestRunning)
+
+		// Dirtied while processing: its next wait counts from this add.
+		q.Add("a")
+		require.Equal(t, 2, r.added, "an add of a processing key makes it dirty: an add")
+		require.Equal(t, 1, r.stats().Dirty, "depth counts the processing+dirty key")
+		time.Sleep(3 * time.Second)
+		q.Done(k)
+		require.Equal(t, []time.Duration{5 * time.Second}, r.worked)
+		time.Sleep(time.Second)
+		k, _ = q.Get()
+		require.Equal(t, 4*time.Second, r.waited[1], "latency of a requeued key counts from the add during processing")
+		q.Done(k)
+
+		q.AddAfter("b", time.Second)
+		q.AddAfter("c", 0)
+		require.Equal(t, 2, r.retried, "every AddAfter is a retry, d <= 0 included")
+		require.Equal(t, 3, r.adds(), "AddAfter(0) is an add; a delayed key is not yet")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, 4, r.adds(), "a key whose deadline passes is an add")
+
+		q.ShutDown()
+		q.ShutDown()
+		q.AddAfter("d", time.Second)
+		q.Add("e")
+		require.Equal(t, 1, r.shutDown, "ShutDown is reported once")
+		require.Equal(t, 2, r.retried, "AddAfter after ShutDown is ignored, also by metrics")
+		require.Equal(t, 4, r.adds())
+	})
+}
+
+// TestMetricsAgesOutOfOrder checks the age gauges while runs end in any
+// order and keys run again, which exercises the stale records of the
+// processing set and their compaction.
+func TestMetricsAgesOutOfOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{}
+		q := NewWithConfig(Config[string]{Name: "q", Metrics: r})
+		start := map[string]time.Time{}
+		var running []string
+		check := func() {
+			t.Helper()
+			now := time.Now()
+			var sum, longest time.Duration
+			for _, k := range running {
+				age := now.Sub(start[k])
+				sum += age
+				longest = max(longest, age)
+			}
+			s := r.stats()
+			require.Equal(t, len(running), s.Processing)
+			require.Equal(t, sum, s.UnfinishedWork, "unfinished work is the sum of the ages")
+			require.Equal(t, longest, s.LongestRunning, "longest running is the oldest age")
+			require.LessOrEqual(t, q.procs.order.Len(), 2*len(running)+17, "stale records are bounded")
+		}
+		for round := range 200 {
+			// Start two runs, then end one that is not the oldest.
+			for range 2 {
+				k := fmt.Sprint("k", round%7, "-", len(running))
+				if _, busy := start[k]; busy {
+					continue
+				}
+				q.Add(k)
+				got, _ := q.Get()
+				start[got] = time.Now()
+				running = append(running, got)
+				time.Sleep(time.Millisecond)
+				check()
+			}
+			i := len(running) - 1 - round%len(running)
+			if round%5 == 0 {
+				i = 0
+			}
+			k := running[i]
+			running = append(running[:i], running[i+1:]...)
+			delete(start, k)
+			q.Done(k)
+			time.Sleep(time.Millisecond)
+			check()
+		}
+	})
+}
+
+// TestMetricsLongestAfterRerun: a key whose earlier run ended out of order
+// and that runs again must be aged from its new start, not its old one.
+func TestMetricsLongestAfterRerun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{}
+		q := NewWithConfig(Config[string]{Name: "q", Metrics: r})
+		q.Add("a")
+		q.Add("k")
+		a, _ := q.Get()
+		k, _ := q.Get()
+		time.Sleep(time.Second)
+		q.Done(k) // not the oldest run: its record goes stale
+		q.Done(a)
+		time.Sleep(time.Second)
+		q.Add("k")
+		k, _ = q.Get()
+		time.Sleep(time.Second)
+		s := r.stats()
+		require.Equal(t, time.Second, s.LongestRunning, "k's new run started a second ago")
+		require.Equal(t, time.Second, s.UnfinishedWork)
+		q.Done(k)
+		require.Equal(t, Stats{}, r.stats(), "nothing left to age")
+	})
+}
