@@ -14,10 +14,14 @@ import "time"
 // stuck, and no goroutine has to refresh them. Events that gauges cannot
 // express (adds, retries, latencies) are reported through QueueMetrics.
 type MetricsProvider interface {
-	// NewQueueMetrics is called once per queue. stats is safe to call from
-	// any goroutine at any time, also after the queue has shut down; it
-	// takes the queue's lock briefly, so it must not be called from a
-	// QueueMetrics method.
+	// NewQueueMetrics is called once per queue. Names need not be unique:
+	// the provider decides how queues of one name combine. A nil result
+	// means no metrics for this queue.
+	//
+	// stats is safe to call from any goroutine at any time, also after the
+	// queue has shut down. It takes the queue's lock briefly; QueueMetrics
+	// methods run without that lock, so they may call it, but it is too
+	// slow for the hot path: call it when scraped.
 	NewQueueMetrics(name string, stats func() Stats) QueueMetrics
 }
 
@@ -40,8 +44,9 @@ type QueueMetrics interface {
 	// Worked reports how long a key was processed, from Get to Done:
 	// client-go's workqueue_work_duration_seconds.
 	Worked(d time.Duration)
-	// ShutDown reports that the queue has shut down; it is called once.
-	// Stats stays readable afterwards.
+	// ShutDown reports that the queue has stopped accepting keys (by
+	// ShutDown or a drain, before the drain waits); it is called once.
+	// Keys may still be ready or processing, and Stats stays readable.
 	ShutDown()
 }
 

@@ -460,8 +460,8 @@ func (q *Queue[T]) ShutDownWithDrain() {
 // returning ctx.Err(). The queue stays shut down either way; keys still
 // ready or processing are left to the workers.
 func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
+	q.ShutDown()
 	q.mu.Lock()
-	first := q.shutDownLocked()
 	var err error
 	if q.ready() > 0 || q.processing > 0 {
 		if ctx.Done() != nil {
@@ -482,9 +482,6 @@ func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
 		q.drainers--
 	}
 	q.mu.Unlock()
-	if first && q.metrics != nil {
-		q.metrics.ShutDown()
-	}
 	return err
 }
 

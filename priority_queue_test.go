@@ -1,0 +1,92 @@
+package workqueue_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	"github.com/stretchr/testify/require"
+)
+
+func newPriorityQueue() *workqueue.Queue[string] {
+	return workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewPriorityStore[string]()})
+}
+
+// drain takes every ready key, in order, marking each Done.
+func drain(q *workqueue.Queue[string]) []string {
+	var got []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		q.Done(k)
+		got = append(got, k)
+	}
+	return got
+}
+
+func TestPriorityQueueOrder(t *testing.T) {
+	q := newPriorityQueue()
+	q.Add("resync-1")
+	q.AddWithPriority("hot-1", 10)
+	q.Add("resync-2")
+	q.AddWithPriority("warm", 5)
+	q.AddWithPriority("hot-2", 10)
+	q.AddWithPriority("cold", -1)
+	require.Equal(t, []string{"hot-1", "hot-2", "warm", "resync-1", "resync-2", "cold"}, drain(q),
+		"higher priority first, FIFO within a priority, plain Add at 0")
+}
+
+func TestPriorityQueueMerge(t *testing.T) {
+	q := newPriorityQueue()
+	q.AddWithPriority("a", 5)
+	q.AddWithPriority("b", 5)
+	q.Add("c")
+	q.AddWithPriority("c", 5) // raised: to the back of level 5
+	q.AddWithPriority("a", 1) // lower: no demotion, keeps its place
+	q.Add("b")                // plain duplicate: keeps its place
+	require.Equal(t, []string{"a", "b", "c"}, drain(q))
+	require.Equal(t, workqueue.Stats{}, q.Stats())
+}
+
+func TestPriorityQueueKeepsPriorityThroughProcessing(t *testing.T) {
+	q := newPriorityQueue()
+	q.Add("a")
+	k, _ := q.Get()
+	q.AddWithPriority("a", 7) // processing+dirty at 7
+	q.Add("a")                // a lower request does not demote it
+	q.Add("x")
+	q.AddWithPriority("y", 3)
+	q.Done(k)
+	require.Equal(t, []string{"a", "y", "x"}, drain(q),
+		"a key re-added with a priority while processing keeps it when Done requeues it")
+}
+
+func TestPriorityQueueDelayed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newPriorityQueue()
+		q.AddAfterWithPriority("late", time.Second, 9)
+		q.AddAfterWithPriority("merged", 2*time.Second, 1)
+		q.AddAfterWithPriority("merged", 3*time.Second, 8) // later: deadline stays, priority rises
+		q.Add("plain")
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.Equal(t, []string{"late", "merged", "plain"}, drain(q),
+			"a delayed key becomes ready with its priority; merging keeps the earliest time and the highest priority")
+
+		q.AddAfterWithPriority("w", time.Hour, 6)
+		q.Add("first")
+		q.Add("w") // ready now, keeping priority 6
+		require.Equal(t, []string{"w", "first"}, drain(q))
+		time.Sleep(2 * time.Hour)
+		synctest.Wait()
+		require.Zero(t, q.Len(), "the waiting entry was merged into the earlier run")
+	})
+}
+
+func TestPriorityIgnoredByFIFO(t *testing.T) {
+	q := workqueue.New[string]()
+	q.AddWithPriority("a", 1)
+	q.AddWithPriority("b", 9)
+	q.AddWithPriority("a", 9)
+	require.Equal(t, []string{"a", "b"}, drain(q), "with a store without priorities, AddWithPriority is Add")
+}

@@ -1,0 +1,293 @@
+// Package prometheus reports the metrics of github.com/go-coalesce/workqueue
+// queues to Prometheus, under the names, types, label and buckets that
+// Kubernetes registers for client-go's workqueue
+// (k8s.io/component-base/metrics/prometheus/workqueue), so dashboards and
+// alerts written for client-go controllers keep working:
+//
+//	workqueue_depth                              gauge      keys due for a run, not yet handed out by Get
+//	workqueue_adds_total                         counter    adds that made a key due for a run
+//	workqueue_queue_duration_seconds             histogram  time from the first add to Get
+//	workqueue_work_duration_seconds              histogram  time from Get to Done
+//	workqueue_unfinished_work_seconds            gauge      sum of the ages of keys being processed
+//	workqueue_longest_running_processor_seconds  gauge      age of the oldest key being processed
+//	workqueue_retries_total                      counter    AddAfter calls (so every AddRateLimited)
+//	workqueue_delayed_items                      gauge      keys waiting for an AddAfter deadline
+//
+// Every metric has one label, name, set to Config.Name. Both histograms use
+// the buckets 1e-8, 1e-7, …, 10 seconds (ExponentialBuckets(10e-9, 10, 10)).
+// workqueue_delayed_items is not in client-go: it is the name proposed for
+// the same gauge in kubernetes/kubernetes#135543, so that it will line up if
+// Kubernetes adds it.
+//
+// The gauges are computed when they are scraped, from the queue's Stats, so
+// they are exact at that moment (also while a worker is stuck) and no
+// goroutine refreshes them. Counters and histograms are updated by the
+// queue's events.
+//
+// The package is named prometheus, after its import path; import it under
+// another name where client_golang's prometheus package is also used:
+//
+//	import (
+//		"github.com/prometheus/client_golang/prometheus"
+//		wqprom "github.com/go-coalesce/workqueue/prometheus"
+//	)
+package prometheus
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	prom "github.com/prometheus/client_golang/prometheus"
+)
+
+// The label that names the queue, as in client-go.
+const nameLabel = "name"
+
+// Provider makes the Prometheus metrics of queues: set it as
+// workqueue.Config.Metrics, together with a Config.Name. One Provider serves
+// any number of queues; it is also a prometheus.Collector that reports all
+// of them, and it is registered once, in NewProvider.
+//
+// Queues are told apart by their name, which is the value of the name label.
+// Two queues with the same name are reported as one: their counters and
+// histograms are shared (as in client-go), workqueue_depth,
+// workqueue_delayed_items and workqueue_unfinished_work_seconds report the
+// sum over both queues, and workqueue_longest_running_processor_seconds the
+// larger of the two.
+//
+// A queue that has shut down keeps its gauges while it still has keys ready
+// or being processed (a drain, or a stuck worker, stays visible). The first
+// scrape that finds it shut down with nothing ready, waiting or processing
+// reports no gauges for it and releases it; from then on the name has no
+// gauges unless another live queue has that name. Its counters and
+// histograms stay, as Prometheus counters should, and are shared with any
+// later queue of the same name. A queue that is never shut down is reported,
+// and kept reachable by the Provider, for as long as the Provider is.
+//
+// The zero value is not usable; use NewProvider. A Provider is safe for
+// concurrent use.
+type Provider struct {
+	// Set in NewProvider, read-only afterwards.
+	adds         *prom.CounterVec
+	retries      *prom.CounterVec
+	queueLatency *prom.HistogramVec
+	workDuration *prom.HistogramVec
+	depth        *prom.Desc
+	delayed      *prom.Desc
+	unfinished   *prom.Desc
+	longest      *prom.Desc
+
+	mu     sync.Mutex   // protects queues
+	queues []*liveQueue // queues whose gauges are reported, in creation order
+}
+
+// liveQueue is one queue whose gauges a Provider reports.
+type liveQueue struct {
+	name     string
+	stats    func() workqueue.Stats
+	shutDown atomic.Bool // set by QueueMetrics.ShutDown
+}
+
+// queueMetrics receives the events of one queue. The children of the vecs
+// are looked up once, in NewQueueMetrics, so that each event is a single
+// atomic update with no label lookup.
+type queueMetrics struct {
+	adds         prom.Counter
+	retries      prom.Counter
+	queueLatency prom.Observer
+	workDuration prom.Observer
+	live         *liveQueue
+}
+
+var (
+	_ workqueue.MetricsProvider = (*Provider)(nil)
+	_ prom.Collector            = (*Provider)(nil)
+)
+
+// NewProvider returns a Provider registered with reg. Like
+// prometheus.MustRegister it panics if registration fails; the likely cause
+// is a second Provider on the same registry, since both would report the
+// same metric names. A process needs only one Provider per registry.
+//
+// A nil reg registers nothing (as promauto.With(nil) does), which gives the
+// error-returning variant:
+//
+//	p := wqprom.NewProvider(nil)
+//	if err := reg.Register(p); err != nil {
+//		// A prometheus.AlreadyRegisteredError holds the Provider
+//		// already registered in its ExistingCollector.
+//	}
+func NewProvider(reg prom.Registerer) *Provider {
+	// Names, help strings and buckets as Kubernetes registers them for
+	// client-go's workqueue; the subsystem is spelled out in each name.
+	buckets := prom.ExponentialBuckets(10e-9, 10, 10)
+	labels := []string{nameLabel}
+	p := &Provider{
+		adds: prom.NewCounterVec(prom.CounterOpts{
+			Name: "workqueue_adds_total",
+			Help: "Total number of adds handled by workqueue",
+		}, labels),
+		retries: prom.NewCounterVec(prom.CounterOpts{
+			Name: "workqueue_retries_total",
+			Help: "Total number of retries handled by workqueue",
+		}, labels),
+		queueLatency: prom.NewHistogramVec(prom.HistogramOpts{
+			Name:    "workqueue_queue_duration_seconds",
+			Help:    "How long in seconds an item stays in workqueue before being requested.",
+			Buckets: buckets,
+		}, labels),
+		workDuration: prom.NewHistogramVec(prom.HistogramOpts{
+			Name:    "workqueue_work_duration_seconds",
+			Help:    "How long in seconds processing an item from workqueue takes.",
+			Buckets: buckets,
+		}, labels),
+		depth: prom.NewDesc("workqueue_depth",
+			"Current depth of workqueue",
+			labels, nil),
+		delayed: prom.NewDesc("workqueue_delayed_items",
+			"Current number of items in workqueue waiting for a delay "+
+				"(AddAfter, AddRateLimited) to pass before they are added.",
+			labels, nil),
+		unfinished: prom.NewDesc("workqueue_unfinished_work_seconds",
+			"How many seconds of work has done that is in progress and "+
+				"hasn't been observed by work_duration. Large values indicate "+
+				"stuck threads. One can deduce the number of stuck threads by "+
+				"observing the rate at which this increases.",
+			labels, nil),
+		longest: prom.NewDesc("workqueue_longest_running_processor_seconds",
+			"How many seconds has the longest running processor for "+
+				"workqueue been running.",
+			labels, nil),
+	}
+	if reg != nil {
+		reg.MustRegister(p)
+	}
+	return p
+}
+
+// NewQueueMetrics implements workqueue.MetricsProvider. The queue calls it
+// once, from NewWithConfig; the queue's series (counters at zero) appear from
+// then on.
+func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) workqueue.QueueMetrics {
+	live := &liveQueue{name: name, stats: stats}
+	p.mu.Lock()
+	p.queues = append(p.queues, live)
+	p.mu.Unlock()
+	return &queueMetrics{
+		adds:         p.adds.WithLabelValues(name),
+		retries:      p.retries.WithLabelValues(name),
+		queueLatency: p.queueLatency.WithLabelValues(name),
+		workDuration: p.workDuration.WithLabelValues(name),
+		live:         live,
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (p *Provider) Describe(ch chan<- *prom.Desc) {
+	p.adds.Describe(ch)
+	p.retries.Describe(ch)
+	p.queueLatency.Describe(ch)
+	p.workDuration.Describe(ch)
+	ch <- p.depth
+	ch <- p.delayed
+	ch <- p.unfinished
+	ch <- p.longest
+}
+
+// Collect implements prometheus.Collector. It reads the Stats of every live
+// queue, so a scrape costs one brief lock of each queue.
+func (p *Provider) Collect(ch chan<- prom.Metric) {
+	p.adds.Collect(ch)
+	p.retries.Collect(ch)
+	p.queueLatency.Collect(ch)
+	p.workDuration.Collect(ch)
+	p.collectGauges(ch)
+}
+
+// gauges are the values reported for one name.
+type gauges struct {
+	depth, delayed      int
+	unfinished, longest time.Duration
+}
+
+func (p *Provider) collectGauges(ch chan<- prom.Metric) {
+	// Stats takes the queue's lock, so it is called without p.mu held: a
+	// scrape never holds two locks at once.
+	p.mu.Lock()
+	queues := append([]*liveQueue(nil), p.queues...)
+	p.mu.Unlock()
+
+	byName := make(map[string]*gauges, len(queues))
+	var finished []*liveQueue
+	for _, q := range queues {
+		// Load shutDown before reading Stats: if the queue had shut down
+		// by then, the Stats are of the shut-down queue, and a shut-down
+		// queue with nothing ready, waiting or processing stays that way
+		// (Add and AddAfter are ignored after ShutDown).
+		down := q.shutDown.Load()
+		s := q.stats()
+		if down && s.Ready == 0 && s.Waiting == 0 && s.Processing == 0 {
+			finished = append(finished, q)
+			continue
+		}
+		g := byName[q.name]
+		if g == nil {
+			g = new(gauges)
+			byName[q.name] = g
+		}
+		g.depth += s.Dirty
+		g.delayed += s.Waiting
+		g.unfinished += s.UnfinishedWork
+		g.longest = max(g.longest, s.LongestRunning)
+	}
+	if len(finished) > 0 {
+		p.forget(finished)
+	}
+
+	for name, g := range byName {
+		ch <- prom.MustNewConstMetric(p.depth, prom.GaugeValue, float64(g.depth), name)
+		ch <- prom.MustNewConstMetric(p.delayed, prom.GaugeValue, float64(g.delayed), name)
+		ch <- prom.MustNewConstMetric(p.unfinished, prom.GaugeValue, g.unfinished.Seconds(), name)
+		ch <- prom.MustNewConstMetric(p.longest, prom.GaugeValue, g.longest.Seconds(), name)
+	}
+}
+
+// forget stops reporting the given queues and drops the Provider's
+// references to them.
+func (p *Provider) forget(finished []*liveQueue) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := p.queues[:0]
+	for _, q := range p.queues {
+		drop := false
+		for _, f := range finished {
+			if q == f {
+				drop = true
+				break
+			}
+		}
+		if !drop {
+			kept = append(kept, q)
+		}
+	}
+	clear(p.queues[len(kept):]) // let the dropped queues be collected
+	p.queues = kept
+}
+
+// Added implements workqueue.QueueMetrics.
+func (m *queueMetrics) Added() { m.adds.Inc() }
+
+// Retried implements workqueue.QueueMetrics.
+func (m *queueMetrics) Retried() { m.retries.Inc() }
+
+// Waited implements workqueue.QueueMetrics.
+func (m *queueMetrics) Waited(d time.Duration) { m.queueLatency.Observe(d.Seconds()) }
+
+// Worked implements workqueue.QueueMetrics.
+func (m *queueMetrics) Worked(d time.Duration) { m.workDuration.Observe(d.Seconds()) }
+
+// ShutDown implements workqueue.QueueMetrics. It only marks the queue: the
+// next scrapes decide, from Stats, when its gauges go (see Provider).
+func (m *queueMetrics) ShutDown() { m.live.shutDown.Store(true) }
