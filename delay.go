@@ -1,9 +1,6 @@
 package workqueue
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
 // AddAfter gives item a run after d: it becomes ready when d has passed,
 // unless something asks for it earlier. A key has at most one pending run, at
@@ -29,7 +26,7 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 	}
 	added := false
 	if d <= 0 {
-		added = q.markDirty(item, prio)
+		added = q.markDirty(item, prio, false)
 	} else {
 		now := q.now()
 		when := now + int64(d)
@@ -43,11 +40,23 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 			// may merge upwards.
 			q.raise(item, st, prio)
 		case ok && st.flags&fWaiting != 0:
-			q.delay.merge(item, when, prio)
+			st.prio = max(st.prio, prio)
+			if when < st.when {
+				// The entry at the old deadline goes stale; the key
+				// table says which entry is live.
+				st.when = when
+				st.wseq = q.delay.push(item, when)
+				q.delay.stale++
+			}
+			q.keys.m[item] = st
+			q.sweepDelay()
 		default: // absent, or processing with no pending run
 			st.flags |= fWaiting
+			st.when = when
+			st.wseq = q.delay.push(item, when)
+			st.prio = prio
 			q.keys.put(item, st)
-			q.delay.add(item, when, prio)
+			q.waiting++
 		}
 		q.arm(now)
 	}
@@ -61,18 +70,17 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 }
 
 // raise gives a dirty key (state st) the priority prio if that is higher
-// than its own, moving it in a PriorityStore if it is ready. It reports
-// whether it raised. q.mu must be held.
-func (q *Queue[T]) raise(item T, st keyState, prio int32) bool {
+// than its own, moving it in a PriorityStore if it is ready. q.mu must be
+// held.
+func (q *Queue[T]) raise(item T, st keyState, prio int32) {
 	if prio <= st.prio {
-		return false
+		return
 	}
 	st.prio = prio
 	q.keys.m[item] = st
 	if st.flags&fProcessing == 0 && q.prio != nil {
 		q.prio.Raise(item, int(prio))
 	}
-	return true
 }
 
 // arm makes sure the timer fires at the earliest deadline, or not at all
@@ -80,14 +88,17 @@ func (q *Queue[T]) raise(item T, st keyState, prio int32) bool {
 // when it fires, fire finds nothing due and arms it again. q.mu must be held.
 func (q *Queue[T]) arm(now int64) {
 	ds := &q.delay
-	if len(ds.heap) == 0 {
+	if q.waiting == 0 {
+		if ds.len() > 0 {
+			ds.clear() // only stale entries are left
+		}
 		if ds.timerSet {
 			ds.timer.Stop()
 			ds.timerSet = false
 		}
 		return
 	}
-	when := ds.heap[0].when
+	when := ds.peek().when
 	if ds.timerSet && ds.armed <= when {
 		return
 	}
@@ -111,10 +122,13 @@ func (q *Queue[T]) fire() {
 	ds.timerSet = false
 	now := q.now()
 	added := 0
-	for len(ds.heap) > 0 && ds.heap[0].when <= now {
-		// markDirty takes the key out of the heap and keeps its
-		// priority.
-		if q.markDirty(ds.heap[0].item, 0) {
+	for q.waiting > 0 && ds.peek().when <= now {
+		e := ds.pop()
+		if !q.isLive(e) {
+			ds.stale-- // the key was made ready, or moved earlier
+			continue
+		}
+		if q.markDirty(e.item, 0, true) {
 			added++
 		}
 	}
@@ -127,128 +141,151 @@ func (q *Queue[T]) fire() {
 	}
 }
 
-// waiter is one waiting key in the delay heap.
-type waiter[T comparable] struct {
-	item  T
-	when  int64  // deadline, queue clock ns
-	seq   uint64 // order of arrival: equal deadlines fire first-come first
-	prio  int32
-	index int // position in delayState.heap
+// deadline is one entry of the waiting keys: item's run is due at when.
+// seq orders entries with equal deadlines by arrival.
+type deadline[T comparable] struct {
+	item T
+	when int64 // queue clock ns
+	seq  uint64
 }
 
-// delayState holds the waiting keys: a min-heap by deadline with an index by
-// key, so that a key can be found, moved or removed in O(log n), and one
-// timer armed for the earliest deadline. Its methods need q.mu held.
+func (a deadline[T]) before(b deadline[T]) bool {
+	return a.when < b.when || a.when == b.when && a.seq < b.seq
+}
+
+// delayState holds the deadlines of the waiting keys, earliest first, and
+// the one timer armed for the earliest. Its methods need q.mu held.
 //
-// Heap entries are pointers so that a swap does not have to update the key
-// index; they are recycled through free, so a steady AddAfter load does not
-// allocate. When the heap empties, the free list and the heap's array are
-// dropped, so memory follows the waiting keys rather than their peak.
+// Most delays are one constant (a resync, a fixed requeue), so deadlines
+// mostly arrive in order. Those go to a FIFO ring, where push and pop are
+// O(1) and touch no other entry; only a deadline earlier than the ring's
+// last goes to a binary heap, O(log n). The earliest entry is the earlier
+// of the two heads.
+//
+// Entries are values, found by position only: nothing indexes them by key.
+// The key table is what says whether a key waits, until when, and which
+// entry is live (keyState.wseq); an entry that no longer matches it (the key
+// was made ready by Add, or moved to an earlier deadline) is stale and
+// skipped when it reaches the front. This spares a map from keys to entries and the
+// index upkeep of every heap swap, and makes the steady state allocation
+// free. Stale entries are counted and swept out when they outnumber the
+// live ones, so memory follows the waiting keys, and both arrays shrink as
+// they empty.
 type delayState[T comparable] struct {
-	heap  waiterHeap[T]
-	byKey shrinkingMap[T, *waiter[T]]
-	free  []*waiter[T]
-	seq   uint64 // last waiter.seq handed out
+	inOrder ring[deadline[T]] // deadlines in nondecreasing order
+	heap    []deadline[T]     // min-heap of the deadlines that came early
+	seq     uint64            // last deadline.seq handed out
+	stale   int               // entries whose key no longer waits for them
 
 	timer    *time.Timer // nil until the first AddAfter with d > 0
 	armed    int64       // the deadline timer is set for, if timerSet
 	timerSet bool
 }
 
-// maxFree bounds the recycled waiters kept while keys still wait.
-const maxFree = 1024
+// len counts entries, stale ones included.
+func (ds *delayState[T]) len() int { return ds.inOrder.Len() + len(ds.heap) }
 
-func (ds *delayState[T]) len() int { return len(ds.heap) }
-
-// add puts item, which is not waiting, into the heap.
-func (ds *delayState[T]) add(item T, when int64, prio int32) {
-	var w *waiter[T]
-	if n := len(ds.free); n > 0 {
-		w = ds.free[n-1]
-		ds.free[n-1] = nil
-		ds.free = ds.free[:n-1]
-	} else {
-		w = new(waiter[T])
-	}
+// push adds an entry for item at when and returns its seq.
+func (ds *delayState[T]) push(item T, when int64) uint64 {
 	ds.seq++
-	w.item, w.when, w.prio, w.seq = item, when, prio, ds.seq
-	heap.Push(&ds.heap, w)
-	ds.byKey.put(item, w)
-}
-
-// merge folds a new request into waiting item's entry: the earlier deadline
-// and the higher priority win.
-func (ds *delayState[T]) merge(item T, when int64, prio int32) {
-	w := ds.byKey.m[item]
-	w.prio = max(w.prio, prio)
-	if when < w.when {
-		w.when = when
-		heap.Fix(&ds.heap, w.index)
+	e := deadline[T]{item, when, ds.seq}
+	if n := ds.inOrder.Len(); n == 0 || ds.inOrder.buf[(ds.inOrder.head+n-1)&(len(ds.inOrder.buf)-1)].when <= when {
+		ds.inOrder.Push(e)
+		return e.seq
 	}
+	ds.heap = append(ds.heap, e)
+	ds.up(len(ds.heap) - 1)
+	return e.seq
 }
 
-// remove takes waiting item out of the heap and returns its priority.
-func (ds *delayState[T]) remove(item T) int32 {
-	w := ds.byKey.m[item]
-	ds.byKey.del(item)
-	heap.Remove(&ds.heap, w.index)
-	prio := w.prio
-	ds.recycle(w)
-	return prio
-}
-
-func (ds *delayState[T]) recycle(w *waiter[T]) {
-	var zero T
-	w.item = zero // let the key be collected
+// peek returns the earliest entry; ds.len() > 0.
+func (ds *delayState[T]) peek() deadline[T] {
 	if len(ds.heap) == 0 {
-		ds.free = nil
+		return ds.inOrder.peek()
+	}
+	if ds.inOrder.Len() == 0 || ds.heap[0].before(ds.inOrder.peek()) {
+		return ds.heap[0]
+	}
+	return ds.inOrder.peek()
+}
+
+// pop removes and returns the earliest entry; ds.len() > 0.
+func (ds *delayState[T]) pop() deadline[T] {
+	if len(ds.heap) == 0 || ds.inOrder.Len() > 0 && !ds.heap[0].before(ds.inOrder.peek()) {
+		return ds.inOrder.Pop()
+	}
+	e := ds.heap[0]
+	n := len(ds.heap) - 1
+	ds.heap[0] = ds.heap[n]
+	ds.heap[n] = deadline[T]{} // the array must not keep the key alive
+	ds.heap = ds.heap[:n]
+	if n > 0 {
+		ds.down(0)
+	}
+	if n == 0 {
 		ds.heap = nil
-		return
+	} else if cap(ds.heap) > 64 && n < cap(ds.heap)/4 {
+		ds.heap = append([]deadline[T](nil), ds.heap...)
 	}
-	if len(ds.free) < maxFree {
-		ds.free = append(ds.free, w)
+	return e
+}
+
+// sweep drops the entries that isLive rejects. The queue calls it when
+// stale entries outnumber live ones: each sweep costs O(entries) and
+// removes more than half of them, so O(1) amortized per stale entry.
+func (ds *delayState[T]) sweep(isLive func(deadline[T]) bool) {
+	for range ds.inOrder.Len() {
+		if e := ds.inOrder.Pop(); isLive(e) {
+			ds.inOrder.Push(e)
+		}
 	}
-	if cap(ds.heap) > 64 && len(ds.heap) < cap(ds.heap)/4 {
-		ds.heap = append(waiterHeap[T](nil), ds.heap...)
+	kept := ds.heap[:0]
+	for _, e := range ds.heap {
+		if isLive(e) {
+			kept = append(kept, e)
+		}
+	}
+	clear(ds.heap[len(kept):])
+	ds.heap = append([]deadline[T](nil), kept...)
+	for i := len(ds.heap)/2 - 1; i >= 0; i-- {
+		ds.down(i)
+	}
+	ds.stale = 0
+}
+
+// clear drops every entry and the arrays that held them.
+func (ds *delayState[T]) clear() {
+	ds.inOrder = ring[deadline[T]]{}
+	ds.heap = nil
+	ds.stale = 0
+}
+
+func (ds *delayState[T]) up(i int) {
+	h := ds.heap
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h[i].before(h[p]) {
+			return
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
 	}
 }
 
-// dropAll empties the heap, calling f for each key, and stops the timer.
-func (ds *delayState[T]) dropAll(f func(item T)) {
-	for _, w := range ds.heap {
-		f(w.item)
+func (ds *delayState[T]) down(i int) {
+	h := ds.heap
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && h[c+1].before(h[c]) {
+			c++
+		}
+		if !h[c].before(h[i]) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
 	}
-	ds.heap, ds.free = nil, nil
-	ds.byKey = shrinkingMap[T, *waiter[T]]{}
-	if ds.timerSet {
-		ds.timer.Stop()
-		ds.timerSet = false
-	}
-}
-
-// waiterHeap implements heap.Interface over waiters, earliest deadline
-// first, keeping each waiter's index current.
-type waiterHeap[T comparable] []*waiter[T]
-
-func (h waiterHeap[T]) Len() int { return len(h) }
-func (h waiterHeap[T]) Less(i, j int) bool {
-	return h[i].when < h[j].when || h[i].when == h[j].when && h[i].seq < h[j].seq
-}
-func (h waiterHeap[T]) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-func (h *waiterHeap[T]) Push(x any) {
-	w := x.(*waiter[T])
-	w.index = len(*h)
-	*h = append(*h, w)
-}
-func (h *waiterHeap[T]) Pop() any {
-	old := *h
-	n := len(old) - 1
-	w := old[n]
-	old[n] = nil // the array must not keep the waiter alive
-	*h = old[:n]
-	return w
 }

@@ -79,6 +79,7 @@ type Queue[T comparable] struct {
 	delay delayState[T]
 
 	dirty      int // keys with fDirty: ready, or processing and due again
+	waiting    int // keys with fWaiting
 	processing int // keys with fProcessing
 	getters    int // goroutines waiting in Get or GetContext
 	drainers   int // goroutines waiting in ShutDownWithDrain*
@@ -138,7 +139,7 @@ func (q *Queue[T]) addPrio(item T, prio int32) {
 		q.mu.Unlock()
 		return
 	}
-	added := q.markDirty(item, prio)
+	added := q.markDirty(item, prio, false)
 	q.mu.Unlock()
 	if added && q.metrics != nil {
 		q.metrics.Added()
@@ -146,9 +147,11 @@ func (q *Queue[T]) addPrio(item T, prio int32) {
 }
 
 // markDirty gives item a run due now, at priority prio, following the Add
-// column of the state table. It reports whether the key became dirty (an
-// "add" for metrics). q.mu must be held and the queue not shut down.
-func (q *Queue[T]) markDirty(item T, prio int32) bool {
+// column of the state table (and the "deadline passes" column when fired is
+// set: the timer has just popped the key's live deadline entry). It reports
+// whether the key became dirty (an "add" for metrics). q.mu must be held and
+// the queue not shut down.
+func (q *Queue[T]) markDirty(item T, prio int32, fired bool) bool {
 	st, ok := q.keys.m[item]
 	if ok && st.flags&fDirty != 0 {
 		// Already due: ready, or processing+dirty. Keep the higher
@@ -170,10 +173,16 @@ func (q *Queue[T]) markDirty(item T, prio int32) bool {
 		return false
 	}
 	if ok && st.flags&fWaiting != 0 {
-		// The run due now is earlier than the deadline: drop the heap
-		// entry, keep the higher priority.
-		prio = max(prio, q.delay.remove(item))
+		// The run due now replaces the one at the deadline, keeping the
+		// higher priority. Unless the timer popped it, the deadline
+		// entry stays behind, stale.
+		prio = max(prio, st.prio)
 		st.flags &^= fWaiting
+		q.waiting--
+		if !fired {
+			q.delay.stale++
+			q.sweepDelay()
+		}
 	}
 	st.flags |= fDirty
 	st.prio = prio
@@ -235,6 +244,22 @@ func (q *Queue[T]) ready() int {
 		return q.fifo.Len()
 	}
 	return q.store.Len()
+}
+
+// sweepDelay drops the stale deadline entries once they outnumber the live
+// ones. q.mu must be held.
+func (q *Queue[T]) sweepDelay() {
+	if q.delay.stale <= q.waiting+64 {
+		return
+	}
+	q.delay.sweep(q.isLive)
+}
+
+// isLive reports whether e is the live entry of a waiting key. q.mu must be
+// held.
+func (q *Queue[T]) isLive(e deadline[T]) bool {
+	st, ok := q.keys.m[e.item]
+	return ok && st.flags&fWaiting != 0 && st.wseq == e.seq
 }
 
 // now returns the queue clock in nanoseconds. q.mu must be held.
@@ -404,7 +429,7 @@ func (q *Queue[T]) Stats() Stats {
 	defer q.mu.Unlock()
 	s := Stats{
 		Ready:      q.ready(),
-		Waiting:    q.delay.len(),
+		Waiting:    q.waiting,
 		Processing: q.processing,
 		Dirty:      q.dirty,
 	}
@@ -436,14 +461,20 @@ func (q *Queue[T]) shutDownLocked() bool {
 		return false
 	}
 	q.shuttingDown = true
-	q.delay.dropAll(func(item T) {
-		st := q.keys.m[item]
-		if st.flags &^= fWaiting; st.flags == 0 {
-			q.keys.del(item)
-		} else {
-			q.keys.m[item] = st
+	for q.waiting > 0 {
+		e := q.delay.pop()
+		if !q.isLive(e) {
+			continue
 		}
-	})
+		st := q.keys.m[e.item]
+		q.waiting--
+		if st.flags &^= fWaiting; st.flags == 0 {
+			q.keys.del(e.item)
+		} else {
+			q.keys.m[e.item] = st
+		}
+	}
+	q.arm(0) // no key waits: drops the entries and stops the timer
 	q.cond.Broadcast()
 	return true
 }

@@ -50,11 +50,6 @@ type PriorityStore[T comparable] interface {
 // with a handful of keys in flight never reallocates.
 const minRing = 16
 
-// maxKeep bounds the capacity a drained ring keeps for the next burst of the
-// same size: bursts up to this many keys cycle without allocating; above it
-// memory matters more than the few allocations of regrowing.
-const maxKeep = 4096
-
 // ring is the default Store: a FIFO over a circular buffer whose capacity is
 // a power of two. Unlike a slice used as a queue (s = s[1:], then append),
 // it reuses its slots, so a steady Add/Get cycle allocates nothing. Popped
@@ -66,9 +61,10 @@ const maxKeep = 4096
 // keys again and again, and a ring that shrank to nothing after each burst
 // would grow back, allocating, every time. So the ring remembers the peak
 // of the last burst (the most it held between two moments it was empty) and
-// does not shrink below that while draining the next one, up to maxKeep
-// slots. Larger bursts shrink all the way, so that an idle queue holds at
-// most maxKeep slots whatever its history.
+// does not shrink below that while draining the next one, for bursts of up
+// to keepMax keys (dirty_set.go; the key table follows the same rule).
+// Larger bursts shrink all the way, so that an idle queue holds at most
+// keepMax slots whatever its history.
 //
 // The zero ring is an empty FIFO. It is not safe for concurrent use; the
 // queue calls it under its lock.
@@ -77,7 +73,7 @@ type ring[T comparable] struct {
 	head int // index of the oldest item
 	n    int // number of items
 	peak int // most items held since the ring was last empty
-	keep int // previous burst's peak, at most maxKeep: no shrinking below it
+	keep int // previous burst's peak, if at most keepMax: no shrinking below it
 }
 
 // Push appends item at the tail. Amortized O(1).
@@ -101,7 +97,10 @@ func (r *ring[T]) Pop() T {
 		// A burst ended. Restart at slot 0, which keeps a busy ring
 		// cache-friendly and lets a shrink copy nothing.
 		r.head = 0
-		r.keep, r.peak = min(r.peak, maxKeep), 0
+		r.keep, r.peak = r.peak, 0
+		if r.keep > keepMax {
+			r.keep = 0
+		}
 	}
 	if r.n <= len(r.buf)/4 && len(r.buf)/2 >= max(minRing, r.keep) {
 		r.resize(len(r.buf) / 2)

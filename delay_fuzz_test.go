@@ -1,0 +1,342 @@
+package workqueue
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// deadlineModel is the waiting keys' deadlines written the obvious way: a
+// slice sorted by deadline, then by arrival.
+type deadlineModel struct {
+	entries []deadline[uint8]
+	arrived uint64
+}
+
+func deadlineCmp(a, b deadline[uint8]) int {
+	return cmp.Or(cmp.Compare(a.when, b.when), cmp.Compare(a.seq, b.seq))
+}
+
+func (m *deadlineModel) push(key uint8, when int64) {
+	m.arrived++
+	e := deadline[uint8]{key, when, m.arrived}
+	i, _ := slices.BinarySearchFunc(m.entries, e, deadlineCmp)
+	m.entries = slices.Insert(m.entries, i, e)
+}
+
+// deadlineCheck compares ds with the model and checks the structure's own
+// invariants. It returns a description of the first difference, or "".
+func deadlineCheck(ds *delayState[uint8], m *deadlineModel) string {
+	if ds.len() != len(m.entries) {
+		return fmt.Sprintf("len %d, model %d", ds.len(), len(m.entries))
+	}
+	if len(m.entries) > 0 && ds.peek() != m.entries[0] {
+		return fmt.Sprintf("peek %v, model %v", ds.peek(), m.entries[0])
+	}
+	for i := 1; i < ds.inOrder.Len(); i++ {
+		a := ds.inOrder.buf[(ds.inOrder.head+i-1)&(len(ds.inOrder.buf)-1)]
+		b := ds.inOrder.buf[(ds.inOrder.head+i)&(len(ds.inOrder.buf)-1)]
+		if b.before(a) {
+			return fmt.Sprintf("in-order ring out of order at %d: %v then %v", i, a, b)
+		}
+	}
+	for i := 1; i < len(ds.heap); i++ {
+		if ds.heap[i].before(ds.heap[(i-1)/2]) {
+			return fmt.Sprintf("heap[%d] is before its parent", i)
+		}
+	}
+	// Memory: the heap array is at most four times its entries (or
+	// small), and slots past its length hold no key.
+	if cap(ds.heap) > 64 && len(ds.heap) < cap(ds.heap)/4 {
+		return fmt.Sprintf("heap array cap %d for %d entries", cap(ds.heap), len(ds.heap))
+	}
+	for i, e := range ds.heap[len(ds.heap):cap(ds.heap)] {
+		if e != (deadline[uint8]{}) {
+			return fmt.Sprintf("heap slot %d past the end still holds %v", len(ds.heap)+i, e)
+		}
+	}
+	return ""
+}
+
+// FuzzDeadlines drives the waiting keys' deadlines (push, pop, sweep) and a
+// sorted-slice model with the same operations, and compares them after
+// every one. Each operation takes three bytes: op, key, value. Deadlines
+// are drawn from a small range so that equal and out-of-order deadlines
+// are common, and both the in-order ring and the heap are used.
+func FuzzDeadlines(f *testing.F) {
+	f.Add([]byte{0, 1, 10, 0, 2, 5, 0, 3, 10, 1, 0, 0, 1, 0, 0})
+	f.Add([]byte{0, 1, 10, 0, 1, 5, 0, 1, 20, 1, 0, 0, 2, 1, 0, 1, 0, 0})
+	f.Add([]byte{0, 1, 7, 0, 2, 7, 0, 3, 7, 1, 2, 0, 0, 2, 7, 1, 0, 7})
+	// A burst well past 64 entries, half of them out of order, then a
+	// drain: exercises the heap's shrink.
+	burst := []byte{}
+	for i := range 200 {
+		burst = append(burst, 0, byte(i), byte(i*7))
+	}
+	for range 200 {
+		burst = append(burst, 1, 0, 0)
+	}
+	f.Add(burst)
+	// A burst, then a sweep that keeps a few.
+	partial := []byte{}
+	for i := range 200 {
+		partial = append(partial, 0, byte(i), byte(200-i))
+	}
+	partial = append(partial, 2, 7, 0, 1, 0, 0)
+	f.Add(partial)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 3*400 {
+			data = data[:3*400]
+		}
+		var ds delayState[uint8]
+		var m deadlineModel
+		for n := 0; len(data) >= 3; n++ {
+			op, key, val := data[0], data[1], data[2]
+			data = data[3:]
+			desc := func() string {
+				names := [...]string{"push", "pop", "sweep"}
+				return fmt.Sprintf("op %d: %s(key %d, val %d)", n, names[op%3], key, val)
+			}
+			switch op % 3 {
+			case 0:
+				ds.push(key, int64(val%32))
+				m.push(key, int64(val%32))
+			case 1:
+				if len(m.entries) == 0 {
+					break
+				}
+				if got, want := ds.pop(), m.entries[0]; got != want {
+					t.Fatalf("%s: popped %v, model %v", desc(), got, want)
+				}
+				m.entries = m.entries[1:]
+			case 2: // keep the keys whose remainder mod (key%4+2) is 0
+				mod := key%4 + 2
+				live := func(e deadline[uint8]) bool { return e.item%mod == 0 }
+				ds.sweep(live)
+				m.entries = slices.DeleteFunc(m.entries, func(e deadline[uint8]) bool { return !live(e) })
+			}
+			if diff := deadlineCheck(&ds, &m); diff != "" {
+				t.Fatalf("after %s: %s", desc(), diff)
+			}
+		}
+	})
+}
+
+// delayQueueModel is the state table of DESIGN.md written the obvious way, for
+// one queue with the default FIFO store.
+type delayQueueModel struct {
+	now      int64
+	ready    []uint8 // FIFO
+	dirty    map[uint8]bool
+	proc     map[uint8]bool
+	waiting  map[uint8]int64 // key -> deadline
+	arrival  map[uint8]int   // key -> order it asked for its current deadline
+	arrived  int
+	shutdown bool
+}
+
+func newDelayQueueModel() *delayQueueModel {
+	return &delayQueueModel{
+		dirty:   map[uint8]bool{},
+		proc:    map[uint8]bool{},
+		waiting: map[uint8]int64{},
+		arrival: map[uint8]int{},
+	}
+}
+
+func (m *delayQueueModel) add(k uint8) {
+	if m.shutdown || m.dirty[k] {
+		return
+	}
+	delete(m.waiting, k)
+	m.dirty[k] = true
+	if !m.proc[k] {
+		m.ready = append(m.ready, k)
+	}
+}
+
+func (m *delayQueueModel) addAfter(k uint8, d time.Duration) {
+	if m.shutdown {
+		return
+	}
+	if d <= 0 {
+		m.add(k)
+		return
+	}
+	when := m.now + int64(d)
+	switch w, ok := m.waiting[k]; {
+	case m.dirty[k]:
+	case ok:
+		if when < w {
+			// A key moved to an earlier deadline is ordered among
+			// equal deadlines by when it asked for this one.
+			m.arrived++
+			m.waiting[k] = when
+			m.arrival[k] = m.arrived
+		}
+	default:
+		m.arrived++
+		m.waiting[k] = when
+		m.arrival[k] = m.arrived
+	}
+}
+
+// advance moves the clock by d: due keys fire by deadline, then arrival.
+func (m *delayQueueModel) advance(d time.Duration) {
+	m.now += int64(d)
+	var due []uint8
+	for k, w := range m.waiting {
+		if w <= m.now {
+			due = append(due, k)
+		}
+	}
+	slices.SortFunc(due, func(a, b uint8) int {
+		return cmp.Or(cmp.Compare(m.waiting[a], m.waiting[b]), cmp.Compare(m.arrival[a], m.arrival[b]))
+	})
+	for _, k := range due {
+		m.add(k)
+	}
+}
+
+func (m *delayQueueModel) get() uint8 {
+	k := m.ready[0]
+	m.ready = m.ready[1:]
+	delete(m.dirty, k)
+	m.proc[k] = true
+	return k
+}
+
+func (m *delayQueueModel) done(k uint8) {
+	if !m.proc[k] {
+		return
+	}
+	delete(m.proc, k)
+	if m.dirty[k] {
+		m.ready = append(m.ready, k)
+	}
+}
+
+func (m *delayQueueModel) shutDown() {
+	m.shutdown = true
+	clear(m.waiting)
+}
+
+func (m *delayQueueModel) stats() Stats {
+	return Stats{Ready: len(m.ready), Waiting: len(m.waiting), Processing: len(m.proc), Dirty: len(m.dirty)}
+}
+
+// FuzzQueueDelay drives a Queue and the state-table model with the same
+// random Add, AddAfter, passing of time, Get, Done and ShutDown, inside a
+// synctest bubble, and compares the counts and every key handed out after
+// each operation. Each operation takes three bytes: op, key, value.
+func FuzzQueueDelay(f *testing.F) {
+	// Rows of the state table, one seed each; op codes as in the switch.
+	f.Add([]byte{1, 0, 5, 2, 0, 4, 2, 0, 1, 3, 0, 0, 4, 0, 0})             // absent+AddAfter, fire at the deadline
+	f.Add([]byte{0, 0, 0, 1, 0, 5, 2, 0, 7, 3, 0, 0, 4, 0, 0})             // ready+AddAfter
+	f.Add([]byte{1, 0, 5, 0, 0, 0, 3, 0, 0, 4, 0, 0, 2, 0, 7, 2, 0, 7})    // waiting+Add: one run
+	f.Add([]byte{1, 0, 5, 1, 0, 3, 2, 0, 3, 1, 1, 3, 1, 1, 5, 2, 0, 7})    // waiting+AddAfter both orders
+	f.Add([]byte{0, 0, 0, 3, 0, 0, 1, 0, 3, 4, 0, 0, 2, 0, 7, 3, 0, 0})    // processing+AddAfter, Done
+	f.Add([]byte{0, 0, 0, 3, 0, 0, 1, 0, 3, 2, 0, 7, 4, 0, 0, 3, 0, 0})    // deadline passes while processing
+	f.Add([]byte{0, 0, 0, 3, 0, 0, 1, 0, 3, 0, 0, 0, 2, 0, 7, 4, 0, 0})    // processing+waiting + Add
+	f.Add([]byte{0, 0, 0, 3, 0, 0, 0, 0, 0, 1, 0, 3, 4, 0, 0, 2, 0, 7})    // processing+dirty + AddAfter
+	f.Add([]byte{1, 0, 3, 1, 1, 3, 1, 2, 3, 2, 0, 3, 3, 0, 0, 3, 0, 0})    // equal deadlines
+	f.Add([]byte{1, 0, 5, 0, 1, 0, 7, 0, 0, 2, 0, 7, 3, 0, 0, 3, 0, 0})    // shutdown drops waiting
+	f.Add([]byte{5, 0, 9, 6, 1, 3, 6, 0, 2, 2, 0, 7, 3, 0, 0, 3, 0, 0})    // priority variants
+	f.Add([]byte{1, 0, 0, 1, 1, 255, 2, 0, 15, 3, 0, 0, 4, 0, 0, 3, 0, 0}) // d <= 0, advance by ms-1ns
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 3*200 {
+			data = data[:3*200]
+		}
+		synctest.Test(t, func(t *testing.T) {
+			q := New[uint8]()
+			m := newDelayQueueModel()
+			var log []string
+			fail := func(format string, args ...any) {
+				t.Helper()
+				t.Fatalf("after %v: %s", log, fmt.Sprintf(format, args...))
+			}
+			for len(data) >= 3 {
+				op, key, val := data[0], data[1]%4, data[2]
+				data = data[3:]
+				// d in -1ms..6ms, sometimes 1ns short of a whole ms.
+				d := time.Duration(int(val%8)-1)*time.Millisecond - time.Duration(val/8%2)
+				switch op % 8 {
+				case 0:
+					log = append(log, fmt.Sprintf("Add(%d)", key))
+					q.Add(key)
+					m.add(key)
+				case 1:
+					log = append(log, fmt.Sprintf("AddAfter(%d, %v)", key, d))
+					q.AddAfter(key, d)
+					m.addAfter(key, d)
+				case 2:
+					adv := max(d, 0)
+					log = append(log, fmt.Sprintf("advance(%v)", adv))
+					delayAdvance(adv)
+					m.advance(adv)
+				case 3:
+					if len(m.ready) == 0 && !m.shutdown {
+						break // Get would block
+					}
+					got, shutdown := q.Get()
+					if len(m.ready) == 0 {
+						log = append(log, "Get()=shutdown")
+						if !shutdown {
+							fail("Get handed out %d, the model reports shutdown", got)
+						}
+						break
+					}
+					want := m.get()
+					log = append(log, fmt.Sprintf("Get()=%d", got))
+					if shutdown || got != want {
+						fail("Get = (%d, %v), model hands out %d", got, shutdown, want)
+					}
+				case 4:
+					log = append(log, fmt.Sprintf("Done(%d)", key))
+					q.Done(key)
+					m.done(key)
+				case 5:
+					log = append(log, fmt.Sprintf("AddWithPriority(%d, %d)", key, int8(val)))
+					q.AddWithPriority(key, int(int8(val)))
+					m.add(key)
+				case 6:
+					log = append(log, fmt.Sprintf("AddAfterWithPriority(%d, %v, %d)", key, d, int8(val)))
+					q.AddAfterWithPriority(key, d, int(int8(val)))
+					m.addAfter(key, d)
+				case 7:
+					if key != 0 {
+						break // keep shutdown rare
+					}
+					log = append(log, "ShutDown()")
+					q.ShutDown()
+					m.shutDown()
+				}
+				if got, want := q.Stats(), m.stats(); got != want {
+					fail("Stats = %+v, model %+v", got, want)
+				}
+				if got, want := q.Len(), len(m.ready); got != want {
+					fail("Len = %d, model %d", got, want)
+				}
+			}
+			// Let every deadline pass and hand out what is left: the
+			// queue and the model must agree to the end.
+			delayAdvance(time.Hour)
+			m.advance(time.Hour)
+			for len(m.ready) > 0 {
+				got, _ := q.Get()
+				if want := m.get(); got != want {
+					fail("final drain: Get = %d, model %d", got, want)
+				}
+				q.Done(got)
+				m.done(got)
+			}
+			if got, want := q.Stats(), m.stats(); got != want {
+				fail("after the final drain: Stats = %+v, model %+v", got, want)
+			}
+			q.ShutDown()
+		})
+	})
+}
