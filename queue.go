@@ -214,14 +214,12 @@ func (q *Queue[T]) push(item T, prio int32) {
 	q.wake()
 }
 
-// wake tells a waiting getter that a key is ready. After shutdown it wakes
-// every waiter, because drainers wait on the same cond and a single Signal
-// could reach a drainer instead of the getter that has to take the key.
+// wake tells one waiting getter that a key is ready. Drainers wait on the
+// same cond, but they never steal this Signal from a getter: getters stop
+// waiting once the queue shuts down, and drainers only wait after it has.
 // q.mu must be held.
 func (q *Queue[T]) wake() {
-	if q.shuttingDown {
-		q.cond.Broadcast()
-	} else if q.getters > 0 {
+	if q.getters > 0 {
 		q.cond.Signal()
 	}
 }

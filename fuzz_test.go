@@ -1,0 +1,289 @@
+package workqueue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/go-coalesce/workqueue"
+)
+
+// refQueue is a reference model of the queue without delays, written from
+// the protocol rather than from the implementation: a slice for the ready
+// keys in order, and a map for what is known of each key. It is slow and
+// obviously right.
+type refQueue struct {
+	ready []string
+	state map[string]refState // absent keys are not in the map
+	shut  bool
+}
+
+type refState int
+
+const (
+	refReady           refState = iota + 1 // in ready
+	refProcessing                          // handed out, not Done
+	refProcessingDirty                     // handed out, added again since
+)
+
+func newRefQueue() *refQueue { return &refQueue{state: map[string]refState{}} }
+
+func (m *refQueue) add(k string) {
+	if m.shut {
+		return
+	}
+	switch m.state[k] {
+	case 0:
+		m.state[k] = refReady
+		m.ready = append(m.ready, k)
+	case refProcessing:
+		m.state[k] = refProcessingDirty
+	}
+}
+
+// get returns what Get returns; ok is false when Get would block.
+func (m *refQueue) get() (k string, shutdown, ok bool) {
+	if len(m.ready) == 0 {
+		return "", m.shut, m.shut
+	}
+	k, m.ready = m.ready[0], m.ready[1:]
+	m.state[k] = refProcessing
+	return k, false, true
+}
+
+func (m *refQueue) done(k string) {
+	switch m.state[k] {
+	case refProcessing:
+		delete(m.state, k)
+	case refProcessingDirty:
+		m.state[k] = refReady
+		m.ready = append(m.ready, k)
+	}
+}
+
+// processing returns the processing keys in a fixed order.
+func (m *refQueue) processing() []string {
+	var ks []string
+	for k, s := range m.state {
+		if s == refProcessing || s == refProcessingDirty {
+			ks = append(ks, k)
+		}
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func (m *refQueue) stats() workqueue.Stats {
+	s := workqueue.Stats{Ready: len(m.ready)}
+	for _, st := range m.state {
+		switch st {
+		case refProcessing:
+			s.Processing++
+		case refProcessingDirty:
+			s.Processing++
+			s.Dirty++
+		}
+	}
+	s.Dirty += len(m.ready)
+	return s
+}
+
+var fuzzKeys = []string{"a", "b", "c", "d"}
+
+// FuzzQueue drives three queues (the default ring, a Store from Config and
+// one with metrics) and the reference model with the same operations, and
+// compares every answer: the key and flag Get returns, GetContext's error,
+// Len, Stats, ShuttingDown and what a drain returns.
+//
+// Each byte is one operation: the low 3 bits choose it, the next 2 bits a
+// key, the top 3 bits a variant.
+func FuzzQueue(f *testing.F) {
+	for _, seed := range [][]byte{
+		{},
+		{0x00, 0x08, 0x10, 0x02, 0x02, 0x02, 0x03, 0x0b},                   // add a b c, three gets, done a b
+		{0x00, 0x02, 0x00, 0x00, 0x03, 0x02, 0x03, 0x03},                   // a processing+dirty, Done twice
+		{0x00, 0x02, 0x08, 0x00, 0x04, 0x02, 0x02},                         // re-add while processing, Done via op 4
+		{0x00, 0x08, 0x02, 0x05, 0x00, 0x02, 0x02, 0x03, 0x0b, 0x02},       // ShutDown with a and b
+		{0x00, 0x02, 0x00, 0x05, 0x02, 0x03, 0x02, 0x02},                   // processing+dirty across ShutDown
+		{0x00, 0x02, 0x07, 0x04, 0x02, 0x07},                               // drain with a cancelled context
+		{0x10, 0x18, 0x22, 0x06, 0x06, 0x06, 0x47, 0x2f},                   // GetContext, cancelled GetContext
+		{0x03, 0x0f, 0x00, 0x00, 0x08, 0x10, 0x18, 0x02, 0x26, 0x06, 0x04}, // Done of absent keys, GetContext
+		{0x00, 0x02, 0x00, 0x04, 0x02, 0x00, 0x04, 0x02, 0x04, 0x27, 0x02},
+		[]byte("the quick brown fox jumps over the lazy dog"),
+	} {
+		f.Add(seed)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		qs := []*workqueue.Queue[string]{
+			workqueue.New[string](),
+			workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewFIFOStore[string]()}),
+			workqueue.NewWithConfig(workqueue.Config[string]{Name: "fuzz", Metrics: &countingMetrics{}}),
+		}
+		m := newRefQueue()
+		var trace []string // what happened so far, for failure messages
+
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("after %v: %s", trace, fmt.Sprintf(format, args...))
+		}
+		// get calls Get (or GetContext) on every queue when the model says
+		// it will not block, and compares the answers.
+		get := func(withCtx bool) {
+			k, shutdown, ok := m.get()
+			if !ok {
+				return
+			}
+			trace = append(trace, "Get")
+			for i, q := range qs {
+				if withCtx {
+					gk, err := q.GetContext(context.Background())
+					wantErr := error(nil)
+					if shutdown {
+						wantErr = workqueue.ErrShutDown
+					}
+					if gk != k || !errors.Is(err, wantErr) || (wantErr == nil) != (err == nil) {
+						fail("queue %d: GetContext = %q, %v; model %q, %v", i, gk, err, k, wantErr)
+					}
+					continue
+				}
+				gk, gs := q.Get()
+				if gk != k || gs != shutdown {
+					fail("queue %d: Get = %q, %v; model %q, %v", i, gk, gs, k, shutdown)
+				}
+			}
+		}
+
+		for _, b := range ops {
+			key := fuzzKeys[(b>>3)&3]
+			variant := b >> 5
+			switch b & 7 {
+			case 0, 1:
+				trace = append(trace, "Add "+key)
+				m.add(key)
+				for _, q := range qs {
+					q.Add(key)
+				}
+			case 2:
+				if variant&1 == 1 {
+					// A context that ended takes nothing, ready key or not.
+					trace = append(trace, "GetContext(cancelled)")
+					for i, q := range qs {
+						if k, err := q.GetContext(cancelled); !errors.Is(err, context.Canceled) || k != "" {
+							fail("queue %d: GetContext(cancelled) = %q, %v; want context.Canceled", i, k, err)
+						}
+					}
+					continue
+				}
+				get(false)
+			case 6:
+				get(true)
+			case 3:
+				trace = append(trace, "Done "+key)
+				m.done(key)
+				for _, q := range qs {
+					q.Done(key)
+				}
+			case 4:
+				// Done of a processing key, so that Done is not mostly a
+				// no-op on random keys.
+				ps := m.processing()
+				if len(ps) == 0 {
+					continue
+				}
+				k := ps[int(variant)%len(ps)]
+				trace = append(trace, "Done "+k)
+				m.done(k)
+				for _, q := range qs {
+					q.Done(k)
+				}
+			case 5:
+				if variant != 0 {
+					continue // Len and Stats are compared after every op
+				}
+				trace = append(trace, "ShutDown")
+				m.shut = true
+				for _, q := range qs {
+					q.ShutDown()
+				}
+			case 7:
+				s := m.stats()
+				empty := s.Ready == 0 && s.Processing == 0
+				switch {
+				case variant == 0:
+					// A drain that cannot wait: nil if nothing is left,
+					// else the context's error. Either way, shut down.
+					trace = append(trace, "ShutDownWithDrainContext(cancelled)")
+					m.shut = true
+					for i, q := range qs {
+						err := q.ShutDownWithDrainContext(cancelled)
+						if empty && err != nil || !empty && !errors.Is(err, context.Canceled) {
+							fail("queue %d: ShutDownWithDrainContext(cancelled) = %v with stats %+v", i, err, s)
+						}
+					}
+				case variant == 1 && empty:
+					trace = append(trace, "ShutDownWithDrain")
+					m.shut = true
+					for _, q := range qs {
+						q.ShutDownWithDrain()
+					}
+				default:
+					trace = append(trace, "Done "+key)
+					m.done(key)
+					for _, q := range qs {
+						q.Done(key)
+					}
+				}
+			}
+			want := m.stats()
+			for i, q := range qs {
+				if got := trimStats(q.Stats()); got != want {
+					fail("queue %d: Stats = %+v; model %+v", i, got, want)
+				}
+				if n := q.Len(); n != want.Ready {
+					fail("queue %d: Len = %d; model %d", i, n, want.Ready)
+				}
+				if q.ShuttingDown() != m.shut {
+					fail("queue %d: ShuttingDown = %v; model %v", i, q.ShuttingDown(), m.shut)
+				}
+			}
+		}
+
+		// Finish: shut down, then hand out and finish everything, in the
+		// model's order; every queue must end empty and report shutdown.
+		trace = append(trace, "ShutDown, drain")
+		m.shut = true
+		for _, q := range qs {
+			q.ShutDown()
+		}
+		for {
+			for _, k := range m.processing() {
+				m.done(k)
+				for _, q := range qs {
+					q.Done(k)
+				}
+			}
+			k, shutdown, _ := m.get()
+			for i, q := range qs {
+				if gk, gs := q.Get(); gk != k || gs != shutdown {
+					fail("queue %d: Get while draining = %q, %v; model %q, %v", i, gk, gs, k, shutdown)
+				}
+			}
+			if shutdown {
+				break
+			}
+		}
+		for i, q := range qs {
+			if got := trimStats(q.Stats()); got != (workqueue.Stats{}) {
+				fail("queue %d: Stats after the drain = %+v; want empty", i, got)
+			}
+			if err := q.ShutDownWithDrainContext(cancelled); err != nil {
+				fail("queue %d: drain of an empty queue = %v", i, err)
+			}
+		}
+	})
+}
