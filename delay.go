@@ -124,11 +124,12 @@ func (q *Queue[T]) fire() {
 	added := 0
 	for q.waiting > 0 && ds.peek().when <= now {
 		e := ds.pop()
-		if !q.isLive(e) {
+		st, ok := q.keys.m[e.item]
+		if !liveIn(e, st, ok) {
 			ds.stale-- // the key was made ready, or moved earlier
 			continue
 		}
-		if q.markDirty(e.item, 0, true) {
+		if q.markDirtyState(e.item, st, ok, 0, true) {
 			added++
 		}
 	}

@@ -153,6 +153,12 @@ func (q *Queue[T]) addPrio(item T, prio int32) {
 // the queue not shut down.
 func (q *Queue[T]) markDirty(item T, prio int32, fired bool) bool {
 	st, ok := q.keys.m[item]
+	return q.markDirtyState(item, st, ok, prio, fired)
+}
+
+// markDirtyState is markDirty for a caller that has looked item up already:
+// st, ok is its entry in the key table.
+func (q *Queue[T]) markDirtyState(item T, st keyState, ok bool, prio int32, fired bool) bool {
 	if ok && st.flags&fDirty != 0 {
 		// Already due: ready, or processing+dirty. Keep the higher
 		// priority; only a ready key is in the store to raise or touch.
@@ -257,6 +263,12 @@ func (q *Queue[T]) sweepDelay() {
 // held.
 func (q *Queue[T]) isLive(e deadline[T]) bool {
 	st, ok := q.keys.m[e.item]
+	return liveIn(e, st, ok)
+}
+
+// liveIn reports whether e is the live entry of the key whose table entry
+// is st, ok.
+func liveIn[T comparable](e deadline[T], st keyState, ok bool) bool {
 	return ok && st.flags&fWaiting != 0 && st.wseq == e.seq
 }
 
