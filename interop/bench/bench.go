@@ -1,0 +1,394 @@
+// Package bench holds the workloads that compare our queue with client-go's
+// util/workqueue (and, for priorities, controller-runtime's priority
+// queue). Each workload is one pair of benchmark functions doing the same
+// thing through each library, so that bench_test.go can run them with
+// `go test -bench .` and cmd/compare can run them interleaved with
+// testing.Benchmark and print the ratios.
+package bench
+
+import (
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	clientworkqueue "k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+)
+
+// Workload is one comparison: the same work on our queue and on theirs.
+type Workload struct {
+	// Name identifies the workload in tables and benchmark names.
+	Name string
+	// Doc says what one op is.
+	Doc string
+	// Theirs names the library compared against.
+	Theirs string
+	// Goal is the largest ratio ours/theirs (ns/op) that the issues ask
+	// for; zero means no goal.
+	Goal float64
+	// RunOurs and RunTheirs are benchmark functions.
+	RunOurs, RunTheirs func(b *testing.B)
+}
+
+const (
+	clientGo          = "client-go"
+	controllerRuntime = "controller-runtime"
+)
+
+// Keys returns n distinct keys shaped like a controller's namespace/name.
+func Keys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "default/deployment-" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// cycler is what the queue-only workloads drive.
+type cycler interface {
+	Add(string)
+	Get() (string, bool)
+	Done(string)
+	ShutDown()
+}
+
+func newOurs() cycler   { return workqueue.New[string]() }
+func newTheirs() cycler { return clientworkqueue.NewTyped[string]() }
+
+// Workloads returns every comparison, in the order of the table.
+func Workloads() []Workload {
+	return []Workload{
+		{
+			Name: "cycle", Doc: "one key in flight: Add, Get, Done", Theirs: clientGo, Goal: 0.6,
+			RunOurs: func(b *testing.B) { cycle(b, newOurs()) }, RunTheirs: func(b *testing.B) { cycle(b, newTheirs()) },
+		},
+		{
+			Name: "cycle-metrics", Doc: "the cycle with a no-op metrics provider", Theirs: clientGo,
+			RunOurs: func(b *testing.B) {
+				cycle(b, workqueue.NewWithConfig(workqueue.Config[string]{Name: "bench", Metrics: NoopMetrics{}}))
+			},
+			RunTheirs: func(b *testing.B) {
+				cycle(b, clientworkqueue.NewTypedWithConfig(clientworkqueue.TypedQueueConfig[string]{
+					Name: "bench", MetricsProvider: NoopClientMetrics{},
+				}))
+			},
+		},
+		{
+			Name: "burst-1000", Doc: "1000 distinct adds, then 1000 Get/Done; per key", Theirs: clientGo, Goal: 0.7,
+			RunOurs: func(b *testing.B) { burst(b, newOurs()) }, RunTheirs: func(b *testing.B) { burst(b, newTheirs()) },
+		},
+		{
+			Name: "hot-key-x10", Doc: "ten Adds of one key, then Get, Done", Theirs: clientGo, Goal: 0.7,
+			RunOurs: func(b *testing.B) { hotKey(b, newOurs()) }, RunTheirs: func(b *testing.B) { hotKey(b, newTheirs()) },
+		},
+		{
+			Name: "parallel-x1", Doc: "Add/Get/Done from GOMAXPROCS goroutines", Theirs: clientGo, Goal: 0.8,
+			RunOurs: func(b *testing.B) { parallel(b, newOurs(), 1) }, RunTheirs: func(b *testing.B) { parallel(b, newTheirs(), 1) },
+		},
+		{
+			Name: "parallel-x8", Doc: "Add/Get/Done from 8xGOMAXPROCS goroutines", Theirs: clientGo, Goal: 0.8,
+			RunOurs: func(b *testing.B) { parallel(b, newOurs(), 8) }, RunTheirs: func(b *testing.B) { parallel(b, newTheirs(), 8) },
+		},
+		{
+			Name: "addafter-10k", Doc: "AddAfter(1ms) of 10,000 keys, then drain; per key", Theirs: clientGo, Goal: 0.25,
+			RunOurs: func(b *testing.B) { addAfter(b, workqueue.New[string]()) },
+			RunTheirs: func(b *testing.B) {
+				addAfter(b, clientworkqueue.NewTypedDelayingQueue[string]())
+			},
+		},
+		{
+			Name: "ratelimited", Doc: "AddRateLimited (zero delay), Get, Forget, Done", Theirs: clientGo,
+			RunOurs: func(b *testing.B) { rateLimited(b, workqueue.NewRateLimitingQueue[string](ZeroLimiter{})) },
+			RunTheirs: func(b *testing.B) {
+				rateLimited(b, clientworkqueue.NewTypedRateLimitingQueue[string](ZeroLimiter{}))
+			},
+		},
+		{
+			Name: "priority-1000", Doc: "1000 keys at 4 priorities, then drain by priority; per key", Theirs: controllerRuntime, Goal: 0.3,
+			RunOurs: priorityOurs, RunTheirs: priorityTheirs,
+		},
+	}
+}
+
+// cycle is a controller's steady state with one key in flight.
+func cycle(b *testing.B, q cycler) {
+	defer q.ShutDown()
+	key := "default/web"
+	b.ReportAllocs()
+	for b.Loop() {
+		q.Add(key)
+		k, _ := q.Get()
+		q.Done(k)
+	}
+}
+
+// perKey runs batch(keys) over batches of at most len(keys) keys until b.N
+// keys have been through, so that ns/op and allocs/op are per key.
+func perKey(b *testing.B, keys []string, batch func(keys []string)) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(len(keys), b.N-done)
+		batch(keys[:n])
+		done += n
+	}
+}
+
+// burst is a resync: many distinct keys added, then drained.
+func burst(b *testing.B, q cycler) {
+	defer q.ShutDown()
+	perKey(b, Keys(1000), func(keys []string) {
+		for _, k := range keys {
+			q.Add(k)
+		}
+		for range keys {
+			k, _ := q.Get()
+			q.Done(k)
+		}
+	})
+}
+
+// hotKey is a key that gets ten events before a worker takes it.
+func hotKey(b *testing.B, q cycler) {
+	defer q.ShutDown()
+	key := "default/web"
+	b.ReportAllocs()
+	for b.Loop() {
+		for range 10 {
+			q.Add(key)
+		}
+		k, _ := q.Get()
+		q.Done(k)
+	}
+}
+
+// parallel is contention: mult*GOMAXPROCS goroutines each adding, getting
+// and finishing a key of their own.
+func parallel(b *testing.B, q cycler, mult int) {
+	defer q.ShutDown()
+	keys := Keys(1 << 12)
+	var mu sync.Mutex
+	next := 0
+	b.SetParallelism(mult)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		mu.Lock()
+		key := keys[next%len(keys)]
+		next++
+		mu.Unlock()
+		for pb.Next() {
+			q.Add(key)
+			k, _ := q.Get()
+			q.Done(k)
+		}
+		// Get may hand this goroutine another's key, and an Add of a key
+		// still queued coalesces, so a goroutine can be owed a key that
+		// nobody adds any more. Each one that leaves adds a key of its
+		// own, so the last one in Get always finds one.
+		q.Add("exit/" + key)
+	})
+}
+
+// delayer is what the AddAfter workload drives.
+type delayer interface {
+	cycler
+	AddAfter(string, time.Duration)
+}
+
+// addAfter gives 10,000 keys a run after 1ms, then drains them as they
+// become ready. The 1ms wait is part of each batch: at most 100 ns per key
+// for either queue, less when adding the keys takes longer than 1ms.
+func addAfter(b *testing.B, q delayer) {
+	defer q.ShutDown()
+	perKey(b, Keys(10000), func(keys []string) {
+		for _, k := range keys {
+			q.AddAfter(k, time.Millisecond)
+		}
+		for range keys {
+			k, _ := q.Get()
+			q.Done(k)
+		}
+	})
+}
+
+// ZeroLimiter never delays and counts nothing. It satisfies both
+// libraries' limiter interfaces, so the ratelimited workload measures only
+// the queues.
+type ZeroLimiter struct{}
+
+// When returns 0.
+func (ZeroLimiter) When(string) time.Duration { return 0 }
+
+// Forget does nothing.
+func (ZeroLimiter) Forget(string) {}
+
+// NumRequeues returns 0.
+func (ZeroLimiter) NumRequeues(string) int { return 0 }
+
+// rateLimiter is what the ratelimited workload drives.
+type rateLimiter interface {
+	cycler
+	AddRateLimited(string)
+	Forget(string)
+}
+
+// rateLimited is a worker that fails and retries through the limiter.
+func rateLimited(b *testing.B, q rateLimiter) {
+	defer q.ShutDown()
+	key := "default/web"
+	b.ReportAllocs()
+	for b.Loop() {
+		q.AddRateLimited(key)
+		k, _ := q.Get()
+		q.Forget(k)
+		q.Done(k)
+	}
+}
+
+// priorityOurs drains 1000 keys added at priorities 0..3 through our queue
+// on a priority store.
+func priorityOurs(b *testing.B) {
+	q := workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewPriorityStore[string]()})
+	defer q.ShutDown()
+	perKey(b, Keys(1000), func(keys []string) {
+		for i, k := range keys {
+			q.AddWithPriority(k, i%4)
+		}
+		for range keys {
+			k, _ := q.Get()
+			q.Done(k)
+		}
+	})
+}
+
+// priorityTheirs is priorityOurs on controller-runtime's priority queue,
+// without metrics (an empty name), as ours runs.
+func priorityTheirs(b *testing.B) {
+	q := priorityqueue.New[string]("")
+	defer q.ShutDown()
+	prios := [4]int{0, 1, 2, 3}
+	perKey(b, Keys(1000), func(keys []string) {
+		for i, k := range keys {
+			q.AddWithOpts(priorityqueue.AddOpts{Priority: &prios[i%4]}, k)
+		}
+		for range keys {
+			k, _, _ := q.GetWithPriority()
+			q.Done(k)
+		}
+	})
+}
+
+// MemResult is the heap that one queue grew for a burst of keys and what it
+// kept once they were drained, both measured after a GC and not counting
+// the keys themselves.
+type MemResult struct {
+	Peak, Kept uint64 // bytes
+}
+
+// MemoryAfterBurst adds n distinct keys to a new queue (ours when ours is
+// true, else client-go's), measures the heap, drains them with Get and
+// Done, and measures it again while the queue is still reachable.
+func MemoryAfterBurst(n int, ours bool) MemResult {
+	keys := Keys(n)
+	var q cycler
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	base := heap()
+	if ours {
+		q = workqueue.New[string]()
+	} else {
+		q = clientworkqueue.NewTyped[string]()
+	}
+	for _, k := range keys {
+		q.Add(k)
+	}
+	peak := heap()
+	for range keys {
+		k, _ := q.Get()
+		q.Done(k)
+	}
+	kept := heap()
+	runtime.KeepAlive(q)
+	runtime.KeepAlive(keys)
+	q.ShutDown()
+	sub := func(a, b uint64) uint64 {
+		if a < b {
+			return 0
+		}
+		return a - b
+	}
+	return MemResult{Peak: sub(peak, base), Kept: sub(kept, base)}
+}
+
+// NoopMetrics is a workqueue.MetricsProvider whose metrics do nothing: the
+// cost of having metrics on, without the cost of any metrics library.
+type NoopMetrics struct{}
+
+// NewQueueMetrics returns metrics that do nothing.
+func (NoopMetrics) NewQueueMetrics(string, func() workqueue.Stats) workqueue.QueueMetrics {
+	return noopQueueMetrics{}
+}
+
+type noopQueueMetrics struct{}
+
+func (noopQueueMetrics) Added()               {}
+func (noopQueueMetrics) Retried()             {}
+func (noopQueueMetrics) Waited(time.Duration) {}
+func (noopQueueMetrics) Worked(time.Duration) {}
+func (noopQueueMetrics) ShutDown()            {}
+
+// NoopClientMetrics is a client-go MetricsProvider whose metrics do
+// nothing. client-go recognizes only its own unexported no-op provider as
+// "no metrics", so with this one it does all its metrics bookkeeping, as it
+// would with Prometheus, minus Prometheus.
+type NoopClientMetrics struct{}
+
+type noopClientMetric struct{}
+
+func (noopClientMetric) Inc()            {}
+func (noopClientMetric) Dec()            {}
+func (noopClientMetric) Set(float64)     {}
+func (noopClientMetric) Observe(float64) {}
+
+// NewDepthMetric returns a metric that does nothing.
+func (NoopClientMetrics) NewDepthMetric(string) clientworkqueue.GaugeMetric {
+	return noopClientMetric{}
+}
+
+// NewAddsMetric returns a metric that does nothing.
+func (NoopClientMetrics) NewAddsMetric(string) clientworkqueue.CounterMetric {
+	return noopClientMetric{}
+}
+
+// NewLatencyMetric returns a metric that does nothing.
+func (NoopClientMetrics) NewLatencyMetric(string) clientworkqueue.HistogramMetric {
+	return noopClientMetric{}
+}
+
+// NewWorkDurationMetric returns a metric that does nothing.
+func (NoopClientMetrics) NewWorkDurationMetric(string) clientworkqueue.HistogramMetric {
+	return noopClientMetric{}
+}
+
+// NewUnfinishedWorkSecondsMetric returns a metric that does nothing.
+func (NoopClientMetrics) NewUnfinishedWorkSecondsMetric(string) clientworkqueue.SettableGaugeMetric {
+	return noopClientMetric{}
+}
+
+// NewLongestRunningProcessorSecondsMetric returns a metric that does nothing.
+func (NoopClientMetrics) NewLongestRunningProcessorSecondsMetric(string) clientworkqueue.SettableGaugeMetric {
+	return noopClientMetric{}
+}
+
+// NewRetriesMetric returns a metric that does nothing.
+func (NoopClientMetrics) NewRetriesMetric(string) clientworkqueue.CounterMetric {
+	return noopClientMetric{}
+}

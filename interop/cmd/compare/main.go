@@ -1,0 +1,430 @@
+// Command compare runs the workloads of package bench on our queue and on
+// client-go's (controller-runtime's priority queue for priorities),
+// interleaved in one process so that both see the same machine, and reports
+// the medians and the ratios ours/theirs.
+//
+// From the interop folder:
+//
+//	go run ./cmd/compare          # full run, 1-2 minutes
+//	go run ./cmd/compare -quick   # CI-sized run, a few seconds
+//
+// It prints a Markdown table and writes PERF.md (the table and the machine),
+// perf.svg (a bar chart of the ratios) and, between the perf markers of
+// README.md, the same table.
+package main
+
+import (
+	"cmp"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-coalesce/workqueue/interop/bench"
+)
+
+func main() {
+	testing.Init() // registers test.benchtime, which testing.Benchmark reads
+	var (
+		quick     = flag.Bool("quick", false, "CI-sized run: one round, short benchmarks, 100k keys for memory")
+		rounds    = flag.Int("rounds", 7, "rounds of interleaved runs; the median is reported")
+		benchtime = flag.Duration("benchtime", 300*time.Millisecond, "time per benchmark run")
+		memKeys   = flag.Int("memkeys", 1_000_000, "keys in the memory burst")
+		out       = flag.String("out", ".", "folder to write PERF.md and perf.svg into")
+		readme    = flag.String("readme", "README.md", "file whose perf markers get the table (\"\" for none)")
+		only      = flag.String("only", "", "run only workloads whose name contains this")
+	)
+	flag.Parse()
+	if *quick {
+		*rounds, *benchtime, *memKeys = 1, 20*time.Millisecond, 100_000
+	}
+	if err := flag.Set("test.benchtime", benchtime.String()); err != nil {
+		fail(err)
+	}
+
+	start := time.Now()
+	var rows []row
+	workloads := bench.Workloads()
+	for _, w := range workloads {
+		if strings.Contains(w.Name, *only) {
+			rows = append(rows, row{w: w})
+		}
+	}
+	for r := range *rounds {
+		fmt.Fprintf(os.Stderr, "round %d/%d\n", r+1, *rounds)
+		for i := range rows {
+			// Alternate who goes first, so that neither always runs
+			// on a cache warmed (or a heap grown) by the other.
+			if r%2 == 0 {
+				rows[i].ours = append(rows[i].ours, run(rows[i].w.RunOurs))
+				rows[i].theirs = append(rows[i].theirs, run(rows[i].w.RunTheirs))
+			} else {
+				rows[i].theirs = append(rows[i].theirs, run(rows[i].w.RunTheirs))
+				rows[i].ours = append(rows[i].ours, run(rows[i].w.RunOurs))
+			}
+		}
+	}
+	var mem []memRow
+	if *only == "" || strings.Contains("memory", *only) {
+		memRounds := min(*rounds, 3)
+		var ours, theirs []bench.MemResult
+		for r := range memRounds {
+			fmt.Fprintf(os.Stderr, "memory %d/%d\n", r+1, memRounds)
+			if r%2 == 0 {
+				ours = append(ours, bench.MemoryAfterBurst(*memKeys, true))
+				theirs = append(theirs, bench.MemoryAfterBurst(*memKeys, false))
+			} else {
+				theirs = append(theirs, bench.MemoryAfterBurst(*memKeys, false))
+				ours = append(ours, bench.MemoryAfterBurst(*memKeys, true))
+			}
+		}
+		mem = append(mem, memRow{keys: *memKeys, ours: medianMem(ours), theirs: medianMem(theirs)})
+	}
+
+	rep := report{
+		rows:    rows,
+		mem:     mem,
+		rounds:  *rounds,
+		bt:      *benchtime,
+		quick:   *quick,
+		took:    time.Since(start),
+		when:    time.Now().UTC(),
+		command: "go run ./cmd/compare" + map[bool]string{true: " -quick"}[*quick],
+	}
+	table := rep.table()
+	fmt.Println(table)
+	fmt.Printf("took %v\n", rep.took.Round(time.Second))
+
+	if err := os.WriteFile(*out+"/PERF.md", []byte(rep.perfMD(table)), 0o644); err != nil {
+		fail(err)
+	}
+	if err := os.WriteFile(*out+"/perf.svg", []byte(rep.svg()), 0o644); err != nil {
+		fail(err)
+	}
+	if *readme != "" {
+		if err := replaceBetweenMarkers(*readme, rep.readmeSection(table)); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "compare:", err)
+	os.Exit(1)
+}
+
+// result is one benchmark run.
+type result struct {
+	ns, bytes, allocs float64 // per op
+}
+
+func run(f func(*testing.B)) result {
+	r := testing.Benchmark(f)
+	if r.N == 0 {
+		fail(fmt.Errorf("a benchmark failed"))
+	}
+	return result{
+		ns:     float64(r.T.Nanoseconds()) / float64(r.N),
+		bytes:  float64(r.MemBytes) / float64(r.N),
+		allocs: float64(r.MemAllocs) / float64(r.N),
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func medianResult(rs []result) result {
+	pick := func(f func(result) float64) float64 {
+		xs := make([]float64, len(rs))
+		for i, r := range rs {
+			xs[i] = f(r)
+		}
+		return median(xs)
+	}
+	return result{
+		ns:     pick(func(r result) float64 { return r.ns }),
+		bytes:  pick(func(r result) float64 { return r.bytes }),
+		allocs: pick(func(r result) float64 { return r.allocs }),
+	}
+}
+
+func medianMem(ms []bench.MemResult) bench.MemResult {
+	slices.SortFunc(ms, func(a, b bench.MemResult) int { return cmp.Compare(a.Kept, b.Kept) })
+	return ms[len(ms)/2]
+}
+
+type row struct {
+	w            bench.Workload
+	ours, theirs []result
+}
+
+// ratio is the median over the rounds of ours/theirs within each round: the
+// two runs of one round are adjacent in time, so a change of load on the
+// machine between rounds cancels out, which it does not in a ratio of
+// medians.
+func (r row) ratio() float64 {
+	rs := make([]float64, len(r.ours))
+	for i := range r.ours {
+		rs[i] = r.ours[i].ns / r.theirs[i].ns
+	}
+	return median(rs)
+}
+
+type memRow struct {
+	keys         int
+	ours, theirs bench.MemResult
+}
+
+// keptShare is the part of the heap grown for the burst that is still held
+// after the drain.
+func keptShare(m bench.MemResult) float64 {
+	if m.Peak == 0 {
+		return 0
+	}
+	return float64(m.Kept) / float64(m.Peak)
+}
+
+type report struct {
+	rows    []row
+	mem     []memRow
+	rounds  int
+	bt      time.Duration
+	quick   bool
+	took    time.Duration
+	when    time.Time
+	command string
+}
+
+// bar is one bar of the chart.
+type bar struct {
+	label string
+	ratio float64
+	goal  float64
+}
+
+func (rep report) bars() []bar {
+	var bs []bar
+	for _, r := range rep.rows {
+		bs = append(bs, bar{r.w.Name + " vs " + r.w.Theirs, r.ratio(), r.w.Goal})
+	}
+	if o, c := rep.metricsOverhead(); o > 0 {
+		bs = append(bs, bar{"metrics on / off (ours)", o, 1.5}, bar{"metrics on / off (client-go)", c, 0})
+	}
+	for _, m := range rep.mem {
+		if m.theirs.Kept > 0 {
+			bs = append(bs, bar{"memory kept vs client-go", float64(m.ours.Kept) / float64(m.theirs.Kept), 0.1})
+		}
+	}
+	return bs
+}
+
+// metricsOverhead returns cycle-metrics/cycle for ours and for client-go.
+func (rep report) metricsOverhead() (ours, theirs float64) {
+	var plain, metrics *row
+	for i := range rep.rows {
+		switch rep.rows[i].w.Name {
+		case "cycle":
+			plain = &rep.rows[i]
+		case "cycle-metrics":
+			metrics = &rep.rows[i]
+		}
+	}
+	if plain == nil || metrics == nil {
+		return 0, 0
+	}
+	perRound := func(a, b []result) float64 {
+		rs := make([]float64, len(a))
+		for i := range a {
+			rs[i] = a[i].ns / b[i].ns
+		}
+		return median(rs)
+	}
+	return perRound(metrics.ours, plain.ours), perRound(metrics.theirs, plain.theirs)
+}
+
+func verdict(ratio, goal float64) string {
+	switch {
+	case goal == 0:
+		return "—"
+	case ratio <= goal:
+		return fmt.Sprintf("≤ %.2g ✓", goal)
+	default:
+		return fmt.Sprintf("≤ %.2g ✗", goal)
+	}
+}
+
+func bytesString(b uint64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", b)
+}
+
+func (rep report) table() string {
+	var sb strings.Builder
+	sb.WriteString("| workload | ours ns/op | ours B/op | ours allocs/op | theirs | theirs ns/op | theirs B/op | theirs allocs/op | ours/theirs | goal |\n")
+	sb.WriteString("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |\n")
+	for _, r := range rep.rows {
+		o, t := medianResult(r.ours), medianResult(r.theirs)
+		fmt.Fprintf(&sb, "| %s | %.1f | %.0f | %.2f | %s | %.1f | %.0f | %.2f | **%.2f** | %s |\n",
+			r.w.Name, o.ns, o.bytes, o.allocs, r.w.Theirs, t.ns, t.bytes, t.allocs, r.ratio(), verdict(r.ratio(), r.w.Goal))
+	}
+	if o, c := rep.metricsOverhead(); o > 0 {
+		fmt.Fprintf(&sb, "| metrics on / off | %.2fx | | | client-go | %.2fx | | | | %s |\n", o, c, verdict(o, 1.5))
+	}
+	for _, m := range rep.mem {
+		ratio := 0.0
+		if m.theirs.Kept > 0 {
+			ratio = float64(m.ours.Kept) / float64(m.theirs.Kept)
+		}
+		fmt.Fprintf(&sb, "| memory: %d keys, peak growth | %s | | | client-go | %s | | | %.2f | |\n",
+			m.keys, bytesString(m.ours.Peak), bytesString(m.theirs.Peak), float64(m.ours.Peak)/math.Max(1, float64(m.theirs.Peak)))
+		fmt.Fprintf(&sb, "| memory: kept after drain | %s (%.1f%% of peak) | | | client-go | %s (%.0f%% of peak) | | | **%s** | %s |\n",
+			bytesString(m.ours.Kept), 100*keptShare(m.ours), bytesString(m.theirs.Kept), 100*keptShare(m.theirs), ratioString(ratio),
+			map[bool]string{true: "≤ 10% of peak ✓", false: "≤ 10% of peak ✗"}[keptShare(m.ours) <= 0.1])
+	}
+	return sb.String()
+}
+
+func (rep report) machine() string {
+	return fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d), %s, %s",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(),
+		rep.when.Format("2006-01-02 15:04 UTC"))
+}
+
+func (rep report) method() string {
+	return fmt.Sprintf("`%s`: %d round(s), each workload run with testing.Benchmark for %v on ours and then on theirs "+
+		"(the order alternates by round); ns/op, B/op and allocs/op are medians of the rounds, and ours/theirs is the median "+
+		"of each round's ratio, below 1 is faster. "+
+		"Took %v.", rep.command, rep.rounds, rep.bt, rep.took.Round(time.Second))
+}
+
+func (rep report) readmeSection(table string) string {
+	return fmt.Sprintf("Measured on %s.\n%s\n\n![ratios ours/theirs](perf.svg)\n\n%s", rep.machine(), rep.method(), table)
+}
+
+func (rep report) perfMD(table string) string {
+	var sb strings.Builder
+	sb.WriteString("# Performance: ours against client-go and controller-runtime\n\n")
+	sb.WriteString("Written by `go run ./cmd/compare` in the interop module; do not edit by hand.\n\n")
+	fmt.Fprintf(&sb, "- Machine: %s\n", rep.machine())
+	fmt.Fprintf(&sb, "- Method: %s\n\n", rep.method())
+	sb.WriteString("![ratios ours/theirs](perf.svg)\n\n")
+	sb.WriteString(table)
+	sb.WriteString("\nWorkloads (one op is):\n\n")
+	for _, r := range rep.rows {
+		fmt.Fprintf(&sb, "- `%s`: %s.\n", r.w.Name, r.w.Doc)
+	}
+	sb.WriteString("- `metrics on / off`: ns/op of cycle-metrics ÷ cycle, for each library (goal for ours: at most 1.5x).\n")
+	sb.WriteString("- `memory`: live heap (after GC) grown by adding that many distinct keys, and what is still held once " +
+		"they are all drained while the queue is still referenced; the keys themselves are not counted.\n")
+	if rep.quick {
+		sb.WriteString("\nThis was a -quick run: numbers are indicative only.\n")
+	}
+	return sb.String()
+}
+
+// svg draws the ratios as horizontal bars on a linear scale, with a line at
+// 1.0 (as fast as theirs) and a tick at each goal. Hand-written: no
+// dependencies.
+func (rep report) svg() string {
+	bs := rep.bars()
+	const (
+		left, right = 250.0, 70.0
+		width       = 820.0
+		barH, gap   = 18.0, 8.0
+		top         = 56.0
+	)
+	scaleMax := 1.25
+	for _, b := range bs {
+		scaleMax = math.Max(scaleMax, math.Min(b.ratio, 3)*1.05)
+	}
+	plotW := width - left - right
+	x := func(v float64) float64 { return left + plotW*math.Min(v, scaleMax)/scaleMax }
+	height := top + float64(len(bs))*(barH+gap) + 56
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="12">`+"\n",
+		width, height, width, height)
+	fmt.Fprintf(&sb, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(&sb, `<text x="%.0f" y="20" font-size="14" font-weight="bold">ours ÷ theirs (time; memory kept): below 1.0 is better</text>`+"\n", left)
+	// grid
+	for v := 0.0; v <= scaleMax+1e-9; v += 0.25 {
+		fmt.Fprintf(&sb, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ddd"/>`+"\n", x(v), top-6, x(v), height-46)
+		fmt.Fprintf(&sb, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#666">%.2f</text>`+"\n", x(v), height-32, v)
+	}
+	for i, b := range bs {
+		y := top + float64(i)*(barH+gap)
+		color := "#4c78a8"
+		if b.goal > 0 && b.ratio > b.goal {
+			color = "#e45756"
+		}
+		fmt.Fprintf(&sb, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-8, y+barH-5, escape(b.label))
+		fmt.Fprintf(&sb, `<rect x="%.0f" y="%.1f" width="%.1f" height="%.0f" fill="%s"/>`+"\n", left, y, x(b.ratio)-left, barH, color)
+		fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f">%s</text>`+"\n", x(math.Max(b.ratio, b.goal))+5, y+barH-5, ratioString(b.ratio))
+		if b.goal > 0 {
+			fmt.Fprintf(&sb, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-width="2" stroke-dasharray="3,2"><title>goal %.2f</title></line>`+"\n",
+				x(b.goal), y-2, x(b.goal), y+barH+2, b.goal)
+		}
+	}
+	fmt.Fprintf(&sb, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="black" stroke-width="1.5"/>`+"\n", x(1), top-10, x(1), height-46)
+	fmt.Fprintf(&sb, `<text x="%.1f" y="%.0f" text-anchor="middle">1.0 = as theirs</text>`+"\n", x(1), top-14)
+	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" fill="#666">dotted tick: goal · red bar: goal missed · metrics rows: on ÷ off within one library</text>`+"\n", 10.0, height-16)
+	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" fill="#666">%s</text>`+"\n", 10.0, height-2, escape(rep.machine()))
+	sb.WriteString("</svg>\n")
+	return sb.String()
+}
+
+// ratioString shows small ratios with enough digits to tell them from 0.
+func ratioString(r float64) string {
+	switch {
+	case r < 0.01:
+		return fmt.Sprintf("%.2g", r)
+	case r < 0.1:
+		return fmt.Sprintf("%.3f", r)
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+func escape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+const (
+	beginMarker = "<!-- perf:begin (written by go run ./cmd/compare) -->"
+	endMarker   = "<!-- perf:end -->"
+)
+
+// replaceBetweenMarkers puts section between the perf markers of the file
+// at path. A file without the markers is left alone.
+func replaceBetweenMarkers(path, section string) error {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i := strings.Index(s, beginMarker)
+	j := strings.Index(s, endMarker)
+	if i < 0 || j < i {
+		return nil
+	}
+	s = s[:i+len(beginMarker)] + "\n" + section + "\n" + s[j:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}
