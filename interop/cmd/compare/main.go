@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -36,7 +37,7 @@ func main() {
 		benchtime = flag.Duration("benchtime", 300*time.Millisecond, "time per benchmark run")
 		memKeys   = flag.Int("memkeys", 1_000_000, "keys in the memory burst")
 		out       = flag.String("out", ".", "folder to write PERF.md and perf.svg into")
-		readme    = flag.String("readme", "README.md", "file whose perf markers get the table (\"\" for none)")
+		readme    = flag.String("readme", "../README.md", "file whose perf markers get the table (\"\" for none)")
 		only      = flag.String("only", "", "run only workloads whose name contains this")
 	)
 	flag.Parse()
@@ -107,7 +108,11 @@ func main() {
 		fail(err)
 	}
 	if *readme != "" {
-		if err := replaceBetweenMarkers(*readme, rep.readmeSection(table)); err != nil {
+		svg, err := filepath.Rel(filepath.Dir(*readme), filepath.Join(*out, "perf.svg"))
+		if err != nil {
+			fail(err)
+		}
+		if err := replaceBetweenMarkers(*readme, rep.readmeSection(table, filepath.ToSlash(svg))); err != nil {
 			fail(err)
 		}
 	}
@@ -314,8 +319,10 @@ func (rep report) method() string {
 		"Took %v.", rep.command, rep.rounds, rep.bt, rep.took.Round(time.Second))
 }
 
-func (rep report) readmeSection(table string) string {
-	return fmt.Sprintf("Measured on %s.\n%s\n\n![ratios ours/theirs](perf.svg)\n\n%s", rep.machine(), rep.method(), table)
+// readmeSection is the README's performance section; svg is the chart's
+// path relative to the README.
+func (rep report) readmeSection(table, svg string) string {
+	return fmt.Sprintf("Measured on %s.\n%s\n\n![ratios ours/theirs](%s)\n\n%s", rep.machine(), rep.method(), svg, table)
 }
 
 func (rep report) perfMD(table string) string {
