@@ -280,6 +280,22 @@ func (q *Queue[T]) now() int64 {
 	return int64(time.Since(q.clock))
 }
 
+// wakeWhenDone makes the end of ctx wake every waiter on cond, so that a
+// goroutine waiting for a key or a drain can see ctx.Err(). It returns the
+// function that cancels this. The callback takes the lock before it
+// broadcasts, so a waiter that saw ctx alive and went to wait is woken. A
+// context that cannot end costs nothing.
+func (q *Queue[T]) wakeWhenDone(ctx context.Context) (stop func() bool) {
+	if ctx.Done() == nil {
+		return func() bool { return false }
+	}
+	return context.AfterFunc(ctx, func() {
+		q.mu.Lock()
+		q.cond.Broadcast()
+		q.mu.Unlock()
+	})
+}
+
 // wait blocks on cond. q.mu must be held.
 func (q *Queue[T]) wait() {
 	if q.cond.L == nil {
@@ -324,16 +340,7 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 		return zero, err
 	}
 	if q.ready() == 0 && !q.shuttingDown {
-		if ctx.Done() != nil {
-			// The callback takes the lock before it broadcasts, so a
-			// getter that saw ctx alive and went to wait is woken.
-			stop := context.AfterFunc(ctx, func() {
-				q.mu.Lock()
-				q.cond.Broadcast()
-				q.mu.Unlock()
-			})
-			defer stop()
-		}
+		defer q.wakeWhenDone(ctx)()
 		for q.ready() == 0 && !q.shuttingDown {
 			if err := ctx.Err(); err != nil {
 				q.mu.Unlock()
@@ -505,14 +512,7 @@ func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
 	q.mu.Lock()
 	var err error
 	if q.ready() > 0 || q.processing > 0 {
-		if ctx.Done() != nil {
-			stop := context.AfterFunc(ctx, func() {
-				q.mu.Lock()
-				q.cond.Broadcast()
-				q.mu.Unlock()
-			})
-			defer stop()
-		}
+		defer q.wakeWhenDone(ctx)()
 		q.drainers++
 		for q.ready() > 0 || q.processing > 0 {
 			if err = ctx.Err(); err != nil {

@@ -132,8 +132,7 @@ func (q *RateLimitingQueue[T]) NumRequeues(item T) int { return q.limiter.NumReq
 // still counts failures; use NewItemExponentialFailureRateLimiter.
 // It is safe for concurrent use.
 type ItemExponentialFailureRateLimiter[T comparable] struct {
-	mu       sync.Mutex           // protects failures
-	failures shrinkingMap[T, int] // per key; absent means 0 (dirty_set.go)
+	failures failureCounts[T]
 
 	// Set by the constructor, read-only afterwards.
 	base     time.Duration // >= 0
@@ -165,11 +164,7 @@ func NewItemExponentialFailureRateLimiter[T comparable](baseDelay, maxDelay time
 // math.MaxInt64, or base 0 after 1024 failures, which gives NaN) and can
 // return a negative delay there.
 func (r *ItemExponentialFailureRateLimiter[T]) When(item T) time.Duration {
-	r.mu.Lock()
-	n := r.failures.m[item]
-	r.failures.put(item, saturatingInc(n))
-	r.mu.Unlock()
-	return exponentialDelay(r.base, r.maxDelay, n)
+	return exponentialDelay(r.base, r.maxDelay, r.failures.fail(item)-1)
 }
 
 // exponentialDelay returns min(base*2^exp, maxDelay) for base, maxDelay >= 0
@@ -201,19 +196,12 @@ func exponentialDelay(base, maxDelay time.Duration, exp int) time.Duration {
 // of When calls for item since it was last forgotten, saturating at
 // math.MaxInt.
 func (r *ItemExponentialFailureRateLimiter[T]) NumRequeues(item T) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := r.failures.m[item]
-	return n
+	return r.failures.count(item)
 }
 
 // Forget drops item's failure count, so its next delay is base again, and
 // releases the memory that tracked it.
-func (r *ItemExponentialFailureRateLimiter[T]) Forget(item T) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failures.del(item)
-}
+func (r *ItemExponentialFailureRateLimiter[T]) Forget(item T) { r.failures.forget(item) }
 
 // ItemFastSlowRateLimiter retries a key quickly a fixed number of times,
 // then slowly: its first maxFast failures are delayed by fast, later ones by
@@ -224,8 +212,7 @@ func (r *ItemExponentialFailureRateLimiter[T]) Forget(item T) {
 // The zero value is usable and never delays, but still counts failures;
 // use NewItemFastSlowRateLimiter. It is safe for concurrent use.
 type ItemFastSlowRateLimiter[T comparable] struct {
-	mu       sync.Mutex           // protects failures
-	failures shrinkingMap[T, int] // per key; absent means 0 (dirty_set.go)
+	failures failureCounts[T]
 
 	// Set by the constructor, read-only afterwards.
 	fast, slow time.Duration // >= 0
@@ -249,12 +236,7 @@ func NewItemFastSlowRateLimiter[T comparable](fast, slow time.Duration, maxFast 
 // When records a failure of item and returns fast if it is one of item's
 // first maxFast failures since it was last forgotten, slow otherwise.
 func (r *ItemFastSlowRateLimiter[T]) When(item T) time.Duration {
-	r.mu.Lock()
-	n := r.failures.m[item]
-	n = saturatingInc(n)
-	r.failures.put(item, n)
-	r.mu.Unlock()
-	if n <= r.maxFast {
+	if r.failures.fail(item) <= r.maxFast {
 		return r.fast
 	}
 	return r.slow
@@ -264,19 +246,12 @@ func (r *ItemFastSlowRateLimiter[T]) When(item T) time.Duration {
 // of When calls for item since it was last forgotten, saturating at
 // math.MaxInt.
 func (r *ItemFastSlowRateLimiter[T]) NumRequeues(item T) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := r.failures.m[item]
-	return n
+	return r.failures.count(item)
 }
 
 // Forget drops item's failure count, so its next failures are fast again,
 // and releases the memory that tracked it.
-func (r *ItemFastSlowRateLimiter[T]) Forget(item T) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failures.del(item)
-}
+func (r *ItemFastSlowRateLimiter[T]) Forget(item T) { r.failures.forget(item) }
 
 // BucketRateLimiter paces all keys together through one token bucket, a
 // *rate.Limiter from golang.org/x/time/rate: each When takes one token, and
@@ -435,4 +410,38 @@ func saturatingInc(n int) int {
 		return n
 	}
 	return n + 1
+}
+
+// failureCounts counts failures per key for the per-key limiters. Forget
+// deletes a key's count, and the map gives its memory back after a burst
+// (shrinkingMap), so a limiter's memory follows the keys that are failing.
+//
+// The zero value is ready to use. It is safe for concurrent use.
+type failureCounts[T comparable] struct {
+	mu sync.Mutex           // protects the fields below
+	m  shrinkingMap[T, int] // per key; absent means 0
+}
+
+// fail records one more failure of item and returns its new count,
+// saturating at math.MaxInt.
+func (f *failureCounts[T]) fail(item T) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := saturatingInc(f.m.m[item])
+	f.m.put(item, n)
+	return n
+}
+
+// count returns item's failures since it was last forgotten.
+func (f *failureCounts[T]) count(item T) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.m.m[item]
+}
+
+// forget drops item's count.
+func (f *failureCounts[T]) forget(item T) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.m.del(item)
 }

@@ -100,10 +100,10 @@ func TestItemExponentialFailureRateLimiterForget(t *testing.T) {
 
 	l.Forget("never seen") // must not panic or disturb others
 	require.Equal(t, 1, l.NumRequeues("a"))
-	require.Len(t, l.failures.m, 2, "Forget of an unknown key adds nothing")
+	require.Len(t, l.failures.m.m, 2, "Forget of an unknown key adds nothing")
 	l.Forget("a")
 	l.Forget("b")
-	require.Zero(t, len(l.failures.m), "Forget removes the entries")
+	require.Zero(t, len(l.failures.m.m), "Forget removes the entries")
 }
 
 // exponentialReference returns what client-go's exponential limiter returns
@@ -187,13 +187,13 @@ func TestItemExponentialFailureRateLimiterNoOverflow(t *testing.T) {
 func TestItemLimitersSaturateCount(t *testing.T) {
 	t.Parallel()
 	e := NewItemExponentialFailureRateLimiter[string](ms(1), time.Second)
-	e.failures.put("a", math.MaxInt-1)
+	e.failures.m.put("a", math.MaxInt-1)
 	require.Equal(t, time.Second, e.When("a"))
 	require.Equal(t, time.Second, e.When("a"))
 	require.Equal(t, math.MaxInt, e.NumRequeues("a"), "the count saturates")
 
 	f := NewItemFastSlowRateLimiter[string](ms(1), time.Second, 3)
-	f.failures.put("a", math.MaxInt-1)
+	f.failures.m.put("a", math.MaxInt-1)
 	require.Equal(t, time.Second, f.When("a"))
 	require.Equal(t, time.Second, f.When("a"), "a saturated count stays slow")
 	require.Equal(t, math.MaxInt, f.NumRequeues("a"), "the count saturates")
@@ -477,7 +477,7 @@ func TestRateLimiterForgetShrinksMap(t *testing.T) {
 		name string
 		l    RateLimiter[int]
 		m    *shrinkingMap[int, int]
-	}{{"exponential", e, &e.failures}, {"fast-slow", f, &f.failures}} {
+	}{{"exponential", e, &e.failures.m}, {"fast-slow", f, &f.failures.m}} {
 		for k := range burst {
 			tc.l.When(k)
 		}
