@@ -117,7 +117,31 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 // times it is added before then. A key that is processing is handed out
 // again after its Done. A key waiting for an AddAfter deadline becomes ready
 // now. After ShutDown, Add does nothing.
-func (q *Queue[T]) Add(item T) { q.addPrio(item, 0) }
+func (q *Queue[T]) Add(item T) {
+	q.mu.Lock()
+	if q.store == nil && q.metrics == nil && !q.shuttingDown {
+		// The common cases of a plain queue, spelled out: a new key is
+		// pushed, a key already in the FIFO keeps its place.
+		st, ok := q.keys.m[item]
+		if !ok {
+			q.keys.put(item, keyState{flags: fDirty})
+			q.dirty++
+			q.fifo.Push(item)
+			q.wake()
+			q.mu.Unlock()
+			return
+		}
+		if st.flags == fDirty {
+			q.mu.Unlock()
+			return
+		}
+		q.markDirtyState(item, st, ok, 0, false)
+		q.mu.Unlock()
+		return
+	}
+	q.mu.Unlock()
+	q.addPrio(item, 0)
+}
 
 // AddWithPriority is Add with a priority for the key's pending run, for a
 // queue whose Config.Store is a PriorityStore (such as NewPriorityStore).
