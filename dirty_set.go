@@ -97,6 +97,22 @@ func (s *shrinkingMap[K, V]) put(k K, v V) {
 // del removes k, rebuilding the map if it has emptied far below its peak.
 func (s *shrinkingMap[K, V]) del(k K) {
 	delete(s.m, k)
+	s.deleted()
+}
+
+// delPresent removes k and reports whether it was there, hashing k once.
+func (s *shrinkingMap[K, V]) delPresent(k K) bool {
+	n := len(s.m)
+	delete(s.m, k)
+	if len(s.m) == n {
+		return false
+	}
+	s.deleted()
+	return true
+}
+
+// deleted does the bookkeeping after a delete.
+func (s *shrinkingMap[K, V]) deleted() {
 	n := len(s.m)
 	if n == 0 {
 		s.prev, s.burst = s.burst, 0

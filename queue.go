@@ -421,6 +421,20 @@ func (q *Queue[T]) take() (T, time.Duration) {
 // with AddAfter. Done of a key that is not processing does nothing.
 func (q *Queue[T]) Done(item T) {
 	q.mu.Lock()
+	if q.dirty == 0 && q.waiting == 0 && q.metrics == nil {
+		// No key is dirty or waiting, so every key in the table is
+		// processing and nothing else: if item is there, Done just
+		// removes it, and if it is not, Done is ignored. One hash
+		// instead of a lookup and a delete.
+		if q.keys.delPresent(item) {
+			q.processing--
+			if q.drainers > 0 && q.processing == 0 {
+				q.cond.Broadcast()
+			}
+		}
+		q.mu.Unlock()
+		return
+	}
 	st, ok := q.keys.m[item]
 	if !ok || st.flags&fProcessing == 0 {
 		q.mu.Unlock()
