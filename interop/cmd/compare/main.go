@@ -108,7 +108,7 @@ func main() {
 		fail(err)
 	}
 	if *readme != "" {
-		svg, err := filepath.Rel(filepath.Dir(*readme), filepath.Join(*out, "perf.svg"))
+		svg, err := relPath(filepath.Dir(*readme), filepath.Join(*out, "perf.svg"))
 		if err != nil {
 			fail(err)
 		}
@@ -116,6 +116,20 @@ func main() {
 			fail(err)
 		}
 	}
+}
+
+// relPath is target relative to dir, both given relative to the working
+// directory (filepath.Rel cannot relate ".." to "perf.svg" on its own).
+func relPath(dir, target string) (string, error) {
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	absTarget, err := filepath.Abs(target)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Rel(absDir, absTarget)
 }
 
 func fail(err error) {
