@@ -90,3 +90,33 @@ func TestPriorityIgnoredByFIFO(t *testing.T) {
 	q.AddWithPriority("a", 9)
 	require.Equal(t, []string{"a", "b"}, drain(q), "with a store without priorities, AddWithPriority is Add")
 }
+
+func TestGetWithPriority(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newPriorityQueue()
+		q.Add("plain")
+		q.AddWithPriority("hot", 10)
+		q.AddWithPriority("hot", 3) // lower: the run keeps 10
+		q.AddAfterWithPriority("late", time.Second, 7)
+		k, p, shutdown := q.GetWithPriority()
+		require.False(t, shutdown)
+		require.Equal(t, "hot", k)
+		require.Equal(t, 10, p, "the highest priority asked for")
+		q.AddWithPriority("hot", 2) // dirty while processing, at 2
+		q.Done(k)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for _, want := range []struct {
+			key  string
+			prio int
+		}{{"late", 7}, {"hot", 2}, {"plain", 0}} {
+			k, p, _ := q.GetWithPriority()
+			require.Equal(t, want.key, k)
+			require.Equal(t, want.prio, p, "priority of %s's run", k)
+			q.Done(k)
+		}
+		q.ShutDown()
+		_, _, shutdown = q.GetWithPriority()
+		require.True(t, shutdown)
+	})
+}

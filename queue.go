@@ -333,6 +333,20 @@ func (q *Queue[T]) wait() {
 // is shut down and no key is ready, Get returns shutdown == true; until
 // then it keeps handing out the keys that were ready.
 func (q *Queue[T]) Get() (item T, shutdown bool) {
+	item, _, shutdown = q.get(false)
+	return item, shutdown
+}
+
+// GetWithPriority is Get that also returns the priority of the run it hands
+// out: the highest that AddWithPriority or AddAfterWithPriority asked for
+// since the key's last run (0 for plain Add). It is what controller-runtime's
+// priority queue interface calls.
+func (q *Queue[T]) GetWithPriority() (item T, priority int, shutdown bool) {
+	item, prio, shutdown := q.get(true)
+	return item, int(prio), shutdown
+}
+
+func (q *Queue[T]) get(wantPrio bool) (item T, prio int32, shutdown bool) {
 	q.mu.Lock()
 	for q.ready() == 0 && !q.shuttingDown {
 		q.getters++
@@ -341,14 +355,14 @@ func (q *Queue[T]) Get() (item T, shutdown bool) {
 	}
 	if q.ready() == 0 {
 		q.mu.Unlock()
-		return item, true
+		return item, 0, true
 	}
-	item, waited := q.take()
+	item, prio, waited := q.take(wantPrio)
 	q.mu.Unlock()
 	if q.metrics != nil {
 		q.metrics.Waited(waited)
 	}
-	return item, false
+	return item, prio, false
 }
 
 // GetContext is Get that gives up when ctx ends. It returns ctx.Err() if ctx
@@ -388,7 +402,7 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 		q.mu.Unlock()
 		return zero, ErrShutDown
 	}
-	item, waited := q.take()
+	item, _, waited := q.take(false)
 	q.mu.Unlock()
 	if q.metrics != nil {
 		q.metrics.Waited(waited)
@@ -396,24 +410,29 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 	return item, nil
 }
 
-// take pops the next ready key and marks it processing. It returns how long
-// the key was dirty when the queue has metrics. q.mu must be held and a key
-// must be ready.
-func (q *Queue[T]) take() (T, time.Duration) {
-	item := q.pop()
+// take pops the next ready key and marks it processing. It returns the
+// priority of the key's run when wantPrio is set, and how long the key was
+// dirty when the queue has metrics. q.mu must be held and a key must be
+// ready.
+func (q *Queue[T]) take(wantPrio bool) (item T, prio int32, waited time.Duration) {
+	item = q.pop()
 	q.dirty--
 	q.processing++
-	if q.metrics == nil {
+	if q.metrics == nil && !wantPrio {
 		// A ready key has only fDirty: overwriting the entry is exact
 		// and hashes the key once.
 		q.keys.m[item] = keyState{flags: fProcessing}
-		return item, 0
+		return item, 0, 0
 	}
-	now := q.now()
 	st := q.keys.m[item]
-	gen := q.procs.start(item, now)
-	q.keys.m[item] = keyState{at: now, flags: fProcessing, gen: gen}
-	return item, time.Duration(now - st.at)
+	next := keyState{flags: fProcessing}
+	if q.metrics != nil {
+		now := q.now()
+		next.at, next.gen = now, q.procs.start(item, now)
+		waited = time.Duration(now - st.at)
+	}
+	q.keys.m[item] = next
+	return item, st.prio, waited
 }
 
 // Done marks item as no longer processing. If it was added again meanwhile

@@ -121,6 +121,11 @@ func (q *RateLimitingQueue[T]) Forget(item T) { q.limiter.Forget(item) }
 // since it was last forgotten.
 func (q *RateLimitingQueue[T]) NumRequeues(item T) int { return q.limiter.NumRequeues(item) }
 
+// RateLimiter returns the queue's limiter, for callers that combine its
+// delay with their own (controller-runtime's AddWithOpts takes the smaller
+// of a requested delay and the limiter's).
+func (q *RateLimitingQueue[T]) RateLimiter() RateLimiter[T] { return q.limiter }
+
 // ItemExponentialFailureRateLimiter delays a key by base*2^n after its n-th
 // failure (counting from zero), capped at a maximum: with base 5ms and max
 // 1000s the delays are 5ms, 10ms, 20ms, … 1000s, 1000s. Keys are counted

@@ -1,0 +1,61 @@
+// Package crpriority makes a workqueue.RateLimitingQueue with a priority
+// store usable as controller-runtime's priorityqueue.PriorityQueue, so that
+// a controller that hands it out from its NewQueue option keeps the
+// priorities its handlers assign (controller-runtime wraps any other queue
+// and drops them).
+//
+// It lives in the interop module because it names controller-runtime's
+// AddOpts type; the core module has everything else it needs.
+package crpriority
+
+import (
+	"github.com/go-coalesce/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+)
+
+// Queue is a RateLimitingQueue over workqueue.NewPriorityStore that also has
+// controller-runtime's AddWithOpts. GetWithPriority comes from the embedded
+// queue. The zero value is not usable; use New.
+type Queue[T comparable] struct {
+	*workqueue.RateLimitingQueue[T]
+}
+
+var _ priorityqueue.PriorityQueue[string] = (*Queue[string])(nil)
+
+// New returns an empty priority queue whose AddRateLimited (and
+// AddWithOpts with RateLimited) asks rl for delays; nil rl means
+// workqueue.DefaultControllerRateLimiter. cfg.Store is replaced by a
+// priority store.
+func New[T comparable](rl workqueue.RateLimiter[T], cfg workqueue.Config[T]) *Queue[T] {
+	cfg.Store = workqueue.NewPriorityStore[T]()
+	return &Queue[T]{workqueue.NewRateLimitingQueueWithConfig(rl, cfg)}
+}
+
+// AddWithOpts adds items as controller-runtime's priority queue does: each
+// gets o.Priority (0 when nil); with o.RateLimited the delay is the smaller
+// of o.After (when set) and the limiter's delay; a delay above zero makes
+// it wait. Merging with a pending run keeps the earliest time and the
+// highest priority, as the queue always does. After ShutDown it does
+// nothing, and does not ask the limiter.
+func (q *Queue[T]) AddWithOpts(o priorityqueue.AddOpts, items ...T) {
+	if q.ShuttingDown() {
+		return
+	}
+	prio := 0
+	if o.Priority != nil {
+		prio = *o.Priority
+	}
+	for _, item := range items {
+		after := o.After
+		if o.RateLimited {
+			if d := q.RateLimiter().When(item); after == 0 || d < after {
+				after = d
+			}
+		}
+		if after > 0 {
+			q.AddAfterWithPriority(item, after, prio)
+		} else {
+			q.AddWithPriority(item, prio)
+		}
+	}
+}
