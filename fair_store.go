@@ -132,14 +132,7 @@ func (s *fairStore[T]) Touch(T) {}
 
 // join adds a tenant named name at the back of the round.
 func (s *fairStore[T]) join(name string) *fairTenant[T] {
-	var t *fairTenant[T]
-	if n := len(s.spare); n > 0 {
-		t = s.spare[n-1]
-		s.spare[n-1] = nil
-		s.spare = s.spare[:n-1]
-	} else {
-		t = &fairTenant[T]{}
-	}
+	t := reuse(&s.spare)
 	t.name = name
 	if s.tail == nil {
 		t.next = t

@@ -172,13 +172,7 @@ func (s *priorityStore[T]) level(p int) *prioLevel[T] {
 	}
 	l := s.levels.m[p]
 	if l == nil {
-		if n := len(s.spare); n > 0 {
-			l = s.spare[n-1]
-			s.spare[n-1] = nil
-			s.spare = s.spare[:n-1]
-		} else {
-			l = &prioLevel[T]{}
-		}
+		l = reuse(&s.spare)
 		l.prio = p
 		s.levels.put(p, l)
 		s.heap = append(s.heap, l)
