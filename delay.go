@@ -26,7 +26,7 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 	}
 	added := false
 	if d <= 0 {
-		added = q.markDirty(item, prio, false)
+		added = q.markDirty(item, prio)
 	} else {
 		now := q.now()
 		when := now + int64(d)
@@ -70,17 +70,20 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 }
 
 // raise gives a dirty key (state st) the priority prio if that is higher
-// than its own, moving it in a PriorityStore if it is ready. q.mu must be
+// than its own, and moves it in the store if the key is ready there and the
+// store is a PriorityStore; it reports whether it moved it. q.mu must be
 // held.
-func (q *Queue[T]) raise(item T, st keyState, prio int32) {
+func (q *Queue[T]) raise(item T, st keyState, prio int32) (moved bool) {
 	if prio <= st.prio {
-		return
+		return false
 	}
 	st.prio = prio
 	q.keys.m[item] = st
 	if st.flags&fProcessing == 0 && q.prio != nil {
 		q.prio.Raise(item, int(prio))
+		return true
 	}
+	return false
 }
 
 // arm makes sure the timer fires at the earliest deadline, or not at all

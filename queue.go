@@ -163,7 +163,7 @@ func (q *Queue[T]) addPrio(item T, prio int32) {
 		q.mu.Unlock()
 		return
 	}
-	added := q.markDirty(item, prio, false)
+	added := q.markDirty(item, prio)
 	q.mu.Unlock()
 	if added && q.metrics != nil {
 		q.metrics.Added()
@@ -171,35 +171,25 @@ func (q *Queue[T]) addPrio(item T, prio int32) {
 }
 
 // markDirty gives item a run due now, at priority prio, following the Add
-// column of the state table (and the "deadline passes" column when fired is
-// set: the timer has just popped the key's live deadline entry). It reports
-// whether the key became dirty (an "add" for metrics). q.mu must be held and
-// the queue not shut down.
-func (q *Queue[T]) markDirty(item T, prio int32, fired bool) bool {
+// column of the state table. It reports whether the key became dirty (an
+// "add" for metrics). q.mu must be held and the queue not shut down.
+func (q *Queue[T]) markDirty(item T, prio int32) bool {
 	st, ok := q.keys.m[item]
-	return q.markDirtyState(item, st, ok, prio, fired)
+	return q.markDirtyState(item, st, ok, prio, false)
 }
 
 // markDirtyState is markDirty for a caller that has looked item up already:
-// st, ok is its entry in the key table.
+// st, ok is its entry in the key table. fired is set by the timer, which
+// has just popped the key's live deadline entry ("deadline passes" in the
+// state table).
 func (q *Queue[T]) markDirtyState(item T, st keyState, ok bool, prio int32, fired bool) bool {
 	if ok && st.flags&fDirty != 0 {
-		// Already due: ready, or processing+dirty. Keep the higher
-		// priority; only a ready key is in the store to raise or touch.
-		if st.flags&fProcessing != 0 {
-			if prio > st.prio {
-				st.prio = prio
-				q.keys.m[item] = st
-			}
-			return false
+		// Already due: ready, or processing+dirty. Only the priority
+		// may merge upwards; a ready key that no PriorityStore moved is
+		// a duplicate add, which the store hears about as Touch.
+		if !q.raise(item, st, prio) && st.flags&fProcessing == 0 {
+			q.touch(item)
 		}
-		if prio > st.prio && q.prio != nil {
-			st.prio = prio
-			q.keys.m[item] = st
-			q.prio.Raise(item, int(prio))
-			return false
-		}
-		q.touch(item)
 		return false
 	}
 	if ok && st.flags&fWaiting != 0 {
