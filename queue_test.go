@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1259,21 +1258,6 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// raceBuild reports whether the test binary was built with -race, which
-// makes every lock and map operation several times slower.
-func raceBuild() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
 // burstMemory queues n distinct keys on q, drains them in the given order,
 // and returns how much the heap grew with the keys queued and how much of
 // that is still held once they are drained.
@@ -1317,7 +1301,7 @@ func burstMemory(q *workqueue.Queue[int], n int, order string) (grew, kept uint6
 // bother to shrink.
 func TestMemoryAfterBurst(t *testing.T) {
 	n := 1 << 20
-	if raceBuild() {
+	if workqueue.RaceBuild() {
 		n = 1 << 16
 	}
 	check := func(t *testing.T, grew, kept uint64, what string) {

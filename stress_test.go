@@ -39,7 +39,7 @@ func TestStress(t *testing.T) {
 		epochs    = 50
 	)
 	addsPerProducer := 50_000
-	if raceBuild() {
+	if workqueue.RaceBuild() {
 		addsPerProducer = 40_000
 	}
 	synctest.Test(t, func(t *testing.T) {
