@@ -31,6 +31,10 @@ type Workload struct {
 	Goal float64
 	// RunOurs and RunTheirs are benchmark functions.
 	RunOurs, RunTheirs func(b *testing.B)
+	// RunFloor, if not nil, runs the workload on a floor (floor.go): the
+	// least work its protocol needs. Its ratio to theirs is the best any
+	// queue could score on this machine.
+	RunFloor func(b *testing.B)
 }
 
 const (
@@ -64,6 +68,7 @@ func Workloads() []Workload {
 		{
 			Name: "cycle", Doc: "one key in flight: Add, Get, Done", Theirs: clientGo, Goal: 0.6,
 			RunOurs: func(b *testing.B) { cycle(b, newOurs()) }, RunTheirs: func(b *testing.B) { cycle(b, newTheirs()) },
+			RunFloor: func(b *testing.B) { cycle(b, newFloorQueue(false)) },
 		},
 		{
 			Name: "cycle-metrics", Doc: "the cycle with a no-op metrics provider", Theirs: clientGo,
@@ -75,10 +80,12 @@ func Workloads() []Workload {
 					Name: "bench", MetricsProvider: NoopClientMetrics{},
 				}))
 			},
+			RunFloor: func(b *testing.B) { cycle(b, newFloorQueue(true)) },
 		},
 		{
 			Name: "burst-1000", Doc: "1000 distinct adds, then 1000 Get/Done; per key", Theirs: clientGo, Goal: 0.7,
 			RunOurs: func(b *testing.B) { burst(b, newOurs()) }, RunTheirs: func(b *testing.B) { burst(b, newTheirs()) },
+			RunFloor: func(b *testing.B) { burst(b, newFloorQueue(false)) },
 		},
 		{
 			Name: "hot-key-x10", Doc: "ten Adds of one key, then Get, Done", Theirs: clientGo, Goal: 0.7,
@@ -98,6 +105,15 @@ func Workloads() []Workload {
 			RunTheirs: func(b *testing.B) {
 				addAfter(b, clientworkqueue.NewTypedDelayingQueue[string]())
 			},
+			RunFloor: func(b *testing.B) { addAfter(b, newFloorDelaying()) },
+		},
+		{
+			Name: "addafter-10k-map", Doc: "addafter-10k again, with a floor whose key table is a map of states like ours", Theirs: clientGo, Goal: 0.25,
+			RunOurs: func(b *testing.B) { addAfter(b, workqueue.New[string]()) },
+			RunTheirs: func(b *testing.B) {
+				addAfter(b, clientworkqueue.NewTypedDelayingQueue[string]())
+			},
+			RunFloor: func(b *testing.B) { addAfter(b, newFloorDelayingMap()) },
 		},
 		{
 			Name: "ratelimited", Doc: "AddRateLimited (zero delay), Get, Forget, Done", Theirs: clientGo,

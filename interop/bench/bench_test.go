@@ -13,12 +13,16 @@ func TestMain(m *testing.M) {
 
 // BenchmarkCompare runs every workload on both libraries as standard
 // benchmarks: go test -bench . ./bench. Names are
-// BenchmarkCompare/<workload>/impl=ours and .../impl=<theirs>. For the
+// BenchmarkCompare/<workload>/impl=ours and .../impl=<theirs>, and
+// .../impl=floor where the workload has a floor. For the
 // interleaved run with medians and ratios, use go run ./cmd/compare.
 func BenchmarkCompare(b *testing.B) {
 	for _, w := range Workloads() {
 		b.Run(w.Name+"/impl=ours", w.RunOurs)
 		b.Run(w.Name+"/impl="+w.Theirs, w.RunTheirs)
+		if w.RunFloor != nil {
+			b.Run(w.Name+"/impl=floor", w.RunFloor)
+		}
 	}
 }
 
@@ -51,7 +55,10 @@ func TestWorkloadsRun(t *testing.T) {
 	}
 	defer bt.Value.Set(old)
 	for _, w := range Workloads() {
-		for name, run := range map[string]func(*testing.B){"ours": w.RunOurs, w.Theirs: w.RunTheirs} {
+		for name, run := range map[string]func(*testing.B){"ours": w.RunOurs, w.Theirs: w.RunTheirs, "floor": w.RunFloor} {
+			if run == nil {
+				continue
+			}
 			r := testing.Benchmark(run)
 			if r.N == 0 {
 				t.Errorf("%s/%s: benchmark failed or did not run", w.Name, name)
