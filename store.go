@@ -59,21 +59,31 @@ const minRing = 16
 //
 // Shrinking has one brake. A controller's resync adds the same number of
 // keys again and again, and a ring that shrank to nothing after each burst
-// would grow back, allocating, every time. So the ring remembers the peak
-// of the last burst (the most it held between two moments it was empty) and
-// does not shrink below that while draining the next one, for bursts of up
-// to keepMax keys (dirty_set.go; the key table follows the same rule).
-// Larger bursts shrink all the way, so that an idle queue holds at most
-// keepMax slots whatever its history.
+// would grow back, allocating, every time. So the ring remembers how full it
+// got recently and keeps room for that: it counts pushes in windows of
+// twice the larger of its recent peak and the peak it keeps, and at the end
+// of each window keeps that window's peak (the most items held in it),
+// whatever happened in between. It does not shrink below twice the kept
+// peak, and never keeps more than keepMax slots for it (dirty_set.go; the
+// key table follows a similar rule), so larger bursts shrink all the way and
+// an idle queue holds at most keepMax slots whatever its history.
+//
+// Windows, not bursts: a ring that is drained while it is still being filled
+// (keys fired by a timer and taken by workers while a batch of AddAfter is
+// still arriving) empties many times per batch, at peaks that wander, and a
+// rule tied to "the last time it was empty" would forget the batch's size
+// and reallocate for every batch. A window spans at least one batch, and
+// the factor two absorbs peaks that wander across a power of two.
 //
 // The zero ring is an empty FIFO. It is not safe for concurrent use; the
 // queue calls it under its lock.
 type ring[T comparable] struct {
-	buf  []T // len(buf) is 0 or a power of two
-	head int // index of the oldest item
-	n    int // number of items
-	peak int // most items held since the ring was last empty
-	keep int // previous burst's peak, if at most keepMax: no shrinking below it
+	buf    []T // len(buf) is 0 or a power of two
+	head   int // index of the oldest item
+	n      int // number of items
+	peak   int // most items held in the current window
+	keep   int // the previous window's peak, if at most keepMax: room kept for it
+	pushes int // pushes in the current window
 }
 
 // Push appends item at the tail. Amortized O(1).
@@ -84,6 +94,13 @@ func (r *ring[T]) Push(item T) {
 	r.buf[(r.head+r.n)&(len(r.buf)-1)] = item
 	r.n++
 	r.peak = max(r.peak, r.n)
+	if r.pushes++; r.pushes >= 2*max(r.peak, r.keep, minRing) {
+		r.keep = r.peak
+		if r.keep > keepMax {
+			r.keep = 0
+		}
+		r.peak, r.pushes = r.n, 0
+	}
 }
 
 // Pop removes and returns the oldest item. Amortized O(1); r.n > 0.
@@ -94,15 +111,11 @@ func (r *ring[T]) Pop() T {
 	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.n--
 	if r.n == 0 {
-		// A burst ended. Restart at slot 0, which keeps a busy ring
-		// cache-friendly and lets a shrink copy nothing.
+		// Restart at slot 0, which keeps a busy ring cache-friendly
+		// and lets a shrink copy nothing.
 		r.head = 0
-		r.keep, r.peak = r.peak, 0
-		if r.keep > keepMax {
-			r.keep = 0
-		}
 	}
-	if r.n <= len(r.buf)/4 && len(r.buf)/2 >= max(minRing, r.keep) {
+	if r.n <= len(r.buf)/4 && len(r.buf)/2 >= max(minRing, min(2*r.keep, keepMax)) {
 		r.resize(len(r.buf) / 2)
 	}
 	return item

@@ -210,6 +210,43 @@ func TestRingShrinksAfterRepeatedBursts(t *testing.T) {
 	require.Same(t, buf, &r.buf[0], "bursts of the same size within keepMax reuse the buffer")
 }
 
+// TestRingKeepsRoomForWanderingBatches checks the case the windows are for:
+// batches of one size that a consumer starts draining while they still
+// arrive (keys fired by the delay timer while AddAfter calls go on), so the
+// ring empties many times per batch and peaks at a different count each
+// time. After the first batches, no batch may reallocate the buffer.
+func TestRingKeepsRoomForWanderingBatches(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var r ring[int]
+	batch := func() {
+		lag := 5000 + rng.IntN(4000) // pushed before the consumer starts
+		for i := 1; i <= 10000; i++ {
+			r.Push(i)
+			if i > lag {
+				// The consumer is faster than the producer: the
+				// ring empties, again and again.
+				for range 2 {
+					if r.Len() > 0 {
+						r.Pop()
+					}
+				}
+			}
+		}
+		for r.Len() > 0 {
+			r.Pop()
+		}
+	}
+	for range 3 {
+		batch()
+	}
+	buf := &r.buf[0]
+	for i := range 20 {
+		batch()
+		require.Same(t, buf, &r.buf[0], "batch %d reallocated the buffer (now %d slots)", i+4, len(r.buf))
+	}
+	checkRing(t, &r, "after the batches")
+}
+
 // TestRingPoppedKeyCollectable checks that the ring keeps no reference to a
 // popped key: it can be garbage-collected while the ring lives on.
 func TestRingPoppedKeyCollectable(t *testing.T) {
