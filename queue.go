@@ -139,8 +139,7 @@ func (q *Queue[T]) Add(item T) {
 		q.mu.Unlock()
 		return
 	}
-	q.mu.Unlock()
-	q.addPrio(item, 0)
+	q.addLocked(item, 0)
 }
 
 // AddWithPriority is Add with a priority for the key's pending run, for a
@@ -159,6 +158,11 @@ func clampPrio(p int) int32 {
 
 func (q *Queue[T]) addPrio(item T, prio int32) {
 	q.mu.Lock()
+	q.addLocked(item, prio)
+}
+
+// addLocked is Add for a caller that holds q.mu, which it releases.
+func (q *Queue[T]) addLocked(item T, prio int32) {
 	if q.shuttingDown {
 		q.mu.Unlock()
 		return
