@@ -65,19 +65,27 @@ func (f *floorQueue) Add(k string) {
 	f.mu.Unlock()
 }
 
+// Get and Done look the key up first only with the clock: the start times
+// are what metrics add, and the plain floor overwrites or deletes the entry
+// with one hash.
 func (f *floorQueue) Get() (string, bool) {
 	f.mu.Lock()
 	k := f.ring.Pop()
-	now := f.now()
-	f.sink += now - f.keys[k].at
-	f.keys[k] = floorKey{2, now}
+	st := floorKey{state: 2}
+	if f.clock {
+		st.at = f.now()
+		f.sink += st.at - f.keys[k].at
+	}
+	f.keys[k] = st
 	f.mu.Unlock()
 	return k, false
 }
 
 func (f *floorQueue) Done(k string) {
 	f.mu.Lock()
-	f.sink += f.now() - f.keys[k].at
+	if f.clock {
+		f.sink += f.now() - f.keys[k].at
+	}
 	delete(f.keys, k)
 	f.mu.Unlock()
 }

@@ -31,11 +31,21 @@ type Workload struct {
 	Goal float64
 	// RunOurs and RunTheirs are benchmark functions.
 	RunOurs, RunTheirs func(b *testing.B)
-	// RunFloor, if not nil, runs the workload on a floor (floor.go): the
-	// least work its protocol needs. Its ratio to theirs is the best any
-	// queue could score on this machine.
-	RunFloor func(b *testing.B)
+	// Floors run the workload on floors (floor.go): the least work its
+	// protocol needs, done in one or more ways. The best ratio to theirs
+	// among them is the best any queue could score on this machine.
+	Floors []Floor
 }
+
+// Floor is one floor of a workload.
+type Floor struct {
+	// Name tells floors of one workload apart; empty for a sole floor.
+	Name string
+	Run  func(b *testing.B)
+}
+
+// floor is a workload's sole floor.
+func floor(run func(b *testing.B)) []Floor { return []Floor{{Run: run}} }
 
 const (
 	clientGo          = "client-go"
@@ -68,7 +78,7 @@ func Workloads() []Workload {
 		{
 			Name: "cycle", Doc: "one key in flight: Add, Get, Done", Theirs: clientGo, Goal: 0.6,
 			RunOurs: func(b *testing.B) { cycle(b, newOurs()) }, RunTheirs: func(b *testing.B) { cycle(b, newTheirs()) },
-			RunFloor: func(b *testing.B) { cycle(b, newFloorQueue(false)) },
+			Floors: floor(func(b *testing.B) { cycle(b, newFloorQueue(false)) }),
 		},
 		{
 			Name: "cycle-metrics", Doc: "the cycle with a no-op metrics provider", Theirs: clientGo,
@@ -80,12 +90,12 @@ func Workloads() []Workload {
 					Name: "bench", MetricsProvider: NoopClientMetrics{},
 				}))
 			},
-			RunFloor: func(b *testing.B) { cycle(b, newFloorQueue(true)) },
+			Floors: floor(func(b *testing.B) { cycle(b, newFloorQueue(true)) }),
 		},
 		{
 			Name: "burst-1000", Doc: "1000 distinct adds, then 1000 Get/Done; per key", Theirs: clientGo, Goal: 0.7,
 			RunOurs: func(b *testing.B) { burst(b, newOurs()) }, RunTheirs: func(b *testing.B) { burst(b, newTheirs()) },
-			RunFloor: func(b *testing.B) { burst(b, newFloorQueue(false)) },
+			Floors: floor(func(b *testing.B) { burst(b, newFloorQueue(false)) }),
 		},
 		{
 			Name: "hot-key-x10", Doc: "ten Adds of one key, then Get, Done", Theirs: clientGo, Goal: 0.7,
@@ -105,15 +115,12 @@ func Workloads() []Workload {
 			RunTheirs: func(b *testing.B) {
 				addAfter(b, clientworkqueue.NewTypedDelayingQueue[string]())
 			},
-			RunFloor: func(b *testing.B) { addAfter(b, newFloorDelaying()) },
-		},
-		{
-			Name: "addafter-10k-map", Doc: "addafter-10k again, with a floor whose key table is a map of states like ours", Theirs: clientGo, Goal: 0.25,
-			RunOurs: func(b *testing.B) { addAfter(b, workqueue.New[string]()) },
-			RunTheirs: func(b *testing.B) {
-				addAfter(b, clientworkqueue.NewTypedDelayingQueue[string]())
+			// Two floors: key state in slots reached through an index
+			// (the leanest), and in a map of states as ours keeps it.
+			Floors: []Floor{
+				{Name: "slots", Run: func(b *testing.B) { addAfter(b, newFloorDelaying()) }},
+				{Name: "map", Run: func(b *testing.B) { addAfter(b, newFloorDelayingMap()) }},
 			},
-			RunFloor: func(b *testing.B) { addAfter(b, newFloorDelayingMap()) },
 		},
 		{
 			Name: "ratelimited", Doc: "AddRateLimited (zero delay), Get, Forget, Done", Theirs: clientGo,

@@ -14,14 +14,14 @@ func TestMain(m *testing.M) {
 // BenchmarkCompare runs every workload on both libraries as standard
 // benchmarks: go test -bench . ./bench. Names are
 // BenchmarkCompare/<workload>/impl=ours and .../impl=<theirs>, and
-// .../impl=floor where the workload has a floor. For the
+// .../impl=floor or .../impl=floor-<name> for its floors. For the
 // interleaved run with medians and ratios, use go run ./cmd/compare.
 func BenchmarkCompare(b *testing.B) {
 	for _, w := range Workloads() {
 		b.Run(w.Name+"/impl=ours", w.RunOurs)
 		b.Run(w.Name+"/impl="+w.Theirs, w.RunTheirs)
-		if w.RunFloor != nil {
-			b.Run(w.Name+"/impl=floor", w.RunFloor)
+		for _, f := range w.Floors {
+			b.Run(w.Name+"/impl="+floorImpl(f), f.Run)
 		}
 	}
 }
@@ -55,14 +55,22 @@ func TestWorkloadsRun(t *testing.T) {
 	}
 	defer bt.Value.Set(old)
 	for _, w := range Workloads() {
-		for name, run := range map[string]func(*testing.B){"ours": w.RunOurs, w.Theirs: w.RunTheirs, "floor": w.RunFloor} {
-			if run == nil {
-				continue
-			}
+		runs := map[string]func(*testing.B){"ours": w.RunOurs, w.Theirs: w.RunTheirs}
+		for _, f := range w.Floors {
+			runs[floorImpl(f)] = f.Run
+		}
+		for name, run := range runs {
 			r := testing.Benchmark(run)
 			if r.N == 0 {
 				t.Errorf("%s/%s: benchmark failed or did not run", w.Name, name)
 			}
 		}
 	}
+}
+
+func floorImpl(f Floor) string {
+	if f.Name == "" {
+		return "floor"
+	}
+	return "floor-" + f.Name
 }

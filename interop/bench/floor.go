@@ -53,24 +53,101 @@ func (f *floorQueue) Add(k string) {
 	f.mu.Unlock()
 }
 
+// Get and Done look the key up first only with the clock: the start times
+// are what metrics add, and the plain floor overwrites or deletes the entry
+// with one hash.
 func (f *floorQueue) Get() (string, bool) {
 	f.mu.Lock()
 	k := f.fifo.pop()
-	now := f.now()
-	f.sum += now - f.keys[k].at
-	f.keys[k] = floorKey{processing: true, at: now}
+	st := floorKey{processing: true}
+	if f.clock {
+		st.at = f.now()
+		f.sum += st.at - f.keys[k].at
+	}
+	f.keys[k] = st
 	f.mu.Unlock()
 	return k, false
 }
 
 func (f *floorQueue) Done(k string) {
 	f.mu.Lock()
-	f.sum += f.now() - f.keys[k].at
+	if f.clock {
+		f.sum += f.now() - f.keys[k].at
+	}
 	delete(f.keys, k)
 	f.mu.Unlock()
 }
 
 func (f *floorQueue) ShutDown() {}
+
+// floorTimer is what both delaying floors share: the lock, the one timer
+// armed for the earliest deadline, and the getters waiting for a key. The
+// floors differ only in how they keep the state of a key.
+type floorTimer struct {
+	mu       sync.Mutex
+	cond     sync.Cond
+	origin   time.Time
+	fire     func() // the floor's fire, bound once: a method value per AddAfter would allocate
+	timer    *time.Timer
+	armed    bool
+	getters  int
+	shutDown bool
+}
+
+func (t *floorTimer) init(fire func()) {
+	t.cond.L = &t.mu
+	t.origin = time.Now()
+	t.fire = fire
+}
+
+// arm sets the timer to fire in d, unless it is set already for an earlier
+// deadline (deadlines arrive in order in the workload). t.mu must be held.
+func (t *floorTimer) arm(d time.Duration) {
+	if t.armed {
+		return
+	}
+	t.armed = true
+	if t.timer == nil {
+		t.timer = time.AfterFunc(d, t.fire)
+	} else {
+		t.timer.Reset(d)
+	}
+}
+
+// fired ends a fire that made keys ready: the timer is set again for the
+// next deadline, in d, if more is due, and a waiting getter is woken. t.mu
+// must be held.
+func (t *floorTimer) fired(more bool, d time.Duration) {
+	t.armed = false
+	if more && !t.shutDown {
+		t.arm(d)
+	}
+	if t.getters > 0 {
+		t.cond.Signal()
+	}
+}
+
+// wait blocks a getter until a fire or ShutDown wakes it; it reports false,
+// without waiting, once the floor is shut down. t.mu must be held.
+func (t *floorTimer) wait() bool {
+	if t.shutDown {
+		return false
+	}
+	t.getters++
+	t.cond.Wait()
+	t.getters--
+	return true
+}
+
+func (t *floorTimer) ShutDown() {
+	t.mu.Lock()
+	t.shutDown = true
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	t.cond.Broadcast()
+	t.mu.Unlock()
+}
 
 // floorDelaying is the floor of AddAfter followed by Get and Done, and
 // leaner than any full queue can be: the key table maps a key to a slot in
@@ -81,20 +158,17 @@ func (f *floorQueue) ShutDown() {}
 // equal in the workload), keys made ready on the timer's goroutine as the
 // libraries do.
 type floorDelaying struct {
-	mu       sync.Mutex
-	cond     sync.Cond
-	origin   time.Time
-	keys     map[string]uint32
-	slots    []floorSlot
-	free     []uint32
-	due      fifo[floorDeadline]
-	ready    fifo[uint32]
-	timer    *time.Timer
-	armed    bool
-	getters  int
-	shutDown bool
+	floorTimer
+	keys  map[string]uint32
+	slots []floorSlot
+	free  []uint32
+	due   fifo[floorDeadline]
+	ready fifo[uint32]
 }
 
+// floorSlot is a key's state. Nothing reads state (no stale deadline can
+// exist in the workload), but a queue must record each transition, and
+// writing it is the cost that the floor keeps.
 type floorSlot struct {
 	key   string
 	state uint8 // 1 waiting, 2 ready, 3 processing
@@ -106,8 +180,8 @@ type floorDeadline struct {
 }
 
 func newFloorDelaying() *floorDelaying {
-	f := &floorDelaying{origin: time.Now(), keys: map[string]uint32{}}
-	f.cond.L = &f.mu
+	f := &floorDelaying{keys: map[string]uint32{}}
+	f.init(f.fire)
 	return f
 }
 
@@ -125,34 +199,25 @@ func (f *floorDelaying) AddAfter(k string, d time.Duration) {
 		f.keys[k] = s
 		f.slots[s] = floorSlot{key: k, state: 1}
 		f.due.push(floorDeadline{s, when})
-		if !f.armed {
-			f.armed = true
-			if f.timer == nil {
-				f.timer = time.AfterFunc(d, f.fire)
-			} else {
-				f.timer.Reset(d)
-			}
-		}
+		f.arm(d)
 	}
 	f.mu.Unlock()
 }
 
 func (f *floorDelaying) fire() {
 	f.mu.Lock()
-	f.armed = false
 	now := time.Since(f.origin)
 	for f.due.len() > 0 && f.due.peek().when <= now {
 		e := f.due.pop()
 		f.slots[e.slot].state = 2
 		f.ready.push(e.slot)
 	}
-	if f.due.len() > 0 && !f.shutDown {
-		f.armed = true
-		f.timer.Reset(f.due.peek().when - now)
+	more := f.due.len() > 0
+	var next time.Duration
+	if more {
+		next = f.due.peek().when - now
 	}
-	if f.getters > 0 {
-		f.cond.Signal()
-	}
+	f.fired(more, next)
 	f.mu.Unlock()
 }
 
@@ -162,12 +227,9 @@ func (f *floorDelaying) Get() (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.ready.len() == 0 {
-		if f.shutDown {
+		if !f.wait() {
 			return "", true
 		}
-		f.getters++
-		f.cond.Wait()
-		f.getters--
 	}
 	s := f.ready.pop()
 	f.slots[s].state = 3
@@ -184,16 +246,6 @@ func (f *floorDelaying) Done(k string) {
 	f.mu.Unlock()
 }
 
-func (f *floorDelaying) ShutDown() {
-	f.mu.Lock()
-	f.shutDown = true
-	if f.timer != nil {
-		f.timer.Stop()
-	}
-	f.cond.Broadcast()
-	f.mu.Unlock()
-}
-
 // floorDelayingMap is floorDelaying with the key table laid out as ours is:
 // the state of a key is a value in the map, so the timer and Get find it by
 // hashing the key (twice each: read, then write back), and a deadline entry
@@ -201,17 +253,11 @@ func (f *floorDelaying) ShutDown() {
 // later AddAfter replaced. It bounds what a queue built on such a table can
 // reach, however little else it does.
 type floorDelayingMap struct {
-	mu       sync.Mutex
-	cond     sync.Cond
-	origin   time.Time
-	keys     map[string]floorMapState
-	due      fifo[floorMapDeadline]
-	ready    fifo[string]
-	seq      uint64
-	timer    *time.Timer
-	armed    bool
-	getters  int
-	shutDown bool
+	floorTimer
+	keys  map[string]floorMapState
+	due   fifo[floorMapDeadline]
+	ready fifo[string]
+	seq   uint64
 }
 
 type floorMapState struct {
@@ -226,8 +272,8 @@ type floorMapDeadline struct {
 }
 
 func newFloorDelayingMap() *floorDelayingMap {
-	f := &floorDelayingMap{origin: time.Now(), keys: map[string]floorMapState{}}
-	f.cond.L = &f.mu
+	f := &floorDelayingMap{keys: map[string]floorMapState{}}
+	f.init(f.fire)
 	return f
 }
 
@@ -238,21 +284,13 @@ func (f *floorDelayingMap) AddAfter(k string, d time.Duration) {
 		f.seq++
 		f.keys[k] = floorMapState{f.seq, 1}
 		f.due.push(floorMapDeadline{k, when, f.seq})
-		if !f.armed {
-			f.armed = true
-			if f.timer == nil {
-				f.timer = time.AfterFunc(d, f.fire)
-			} else {
-				f.timer.Reset(d)
-			}
-		}
+		f.arm(d)
 	}
 	f.mu.Unlock()
 }
 
 func (f *floorDelayingMap) fire() {
 	f.mu.Lock()
-	f.armed = false
 	now := time.Since(f.origin)
 	for f.due.len() > 0 && f.due.peek().when <= now {
 		e := f.due.pop()
@@ -262,13 +300,12 @@ func (f *floorDelayingMap) fire() {
 			f.ready.push(e.key)
 		}
 	}
-	if f.due.len() > 0 && !f.shutDown {
-		f.armed = true
-		f.timer.Reset(f.due.peek().when - now)
+	more := f.due.len() > 0
+	var next time.Duration
+	if more {
+		next = f.due.peek().when - now
 	}
-	if f.getters > 0 {
-		f.cond.Signal()
-	}
+	f.fired(more, next)
 	f.mu.Unlock()
 }
 
@@ -278,12 +315,9 @@ func (f *floorDelayingMap) Get() (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.ready.len() == 0 {
-		if f.shutDown {
+		if !f.wait() {
 			return "", true
 		}
-		f.getters++
-		f.cond.Wait()
-		f.getters--
 	}
 	k := f.ready.pop()
 	st := f.keys[k]
@@ -297,16 +331,6 @@ func (f *floorDelayingMap) Done(k string) {
 	if st, ok := f.keys[k]; ok && st.state == 3 {
 		delete(f.keys, k)
 	}
-	f.mu.Unlock()
-}
-
-func (f *floorDelayingMap) ShutDown() {
-	f.mu.Lock()
-	f.shutDown = true
-	if f.timer != nil {
-		f.timer.Stop()
-	}
-	f.cond.Broadcast()
 	f.mu.Unlock()
 }
 

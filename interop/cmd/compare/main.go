@@ -68,8 +68,11 @@ func main() {
 				rows[i].theirs = append(rows[i].theirs, run(rows[i].w.RunTheirs))
 				rows[i].ours = append(rows[i].ours, run(rows[i].w.RunOurs))
 			}
-			if f := rows[i].w.RunFloor; f != nil {
-				rows[i].floor = append(rows[i].floor, run(f))
+			if rows[i].floors == nil {
+				rows[i].floors = make([][]result, len(rows[i].w.Floors))
+			}
+			for j, f := range rows[i].w.Floors {
+				rows[i].floors[j] = append(rows[i].floors[j], run(f.Run))
 			}
 		}
 	}
@@ -188,31 +191,30 @@ func medianMem(ms []bench.MemResult) bench.MemResult {
 }
 
 type row struct {
-	w                   bench.Workload
-	ours, theirs, floor []result
+	w            bench.Workload
+	ours, theirs []result
+	floors       [][]result // one series per w.Floors
 }
 
-// ratio is the median over the rounds of ours/theirs within each round: the
-// two runs of one round are adjacent in time, so a change of load on the
-// machine between rounds cancels out, which it does not in a ratio of
-// medians.
-func (r row) ratio() float64 {
-	rs := make([]float64, len(r.ours))
-	for i := range r.ours {
-		rs[i] = r.ours[i].ns / r.theirs[i].ns
+// ratio is the median over the rounds of ours/theirs within each round.
+func (r row) ratio() float64 { return perRound(r.ours, r.theirs) }
+
+// floorRatios is ratio's counterpart for each floor, as "0.23" for a sole
+// floor and "0.23 slots · 0.29 map" for several, or a dash for none.
+func (r row) floorRatios() string {
+	if len(r.floors) == 0 {
+		return "—"
 	}
-	return median(rs)
-}
-
-// floorRatio is ratio's counterpart for the floor, or 0 without one.
-func (r row) floorRatio() float64 {
-	if len(r.floor) == 0 {
-		return 0
+	parts := make([]string, len(r.floors))
+	for j, f := range r.floors {
+		parts[j] = strings.TrimSpace(fmt.Sprintf("%.2f %s", perRound(f, r.theirs), r.w.Floors[j].Name))
 	}
-	return perRound(r.floor, r.theirs)
+	return strings.Join(parts, " · ")
 }
 
-// perRound is the median over the rounds of a[i]/b[i].
+// perRound is the median over the rounds of a[i]/b[i]. The two runs of one
+// round are adjacent in time, so a change of load on the machine between
+// rounds cancels out, which it does not in a ratio of medians.
 func perRound(a, b []result) float64 {
 	rs := make([]float64, len(a))
 	for i := range a {
@@ -287,8 +289,8 @@ func (rep report) metricsOverhead() (ours, theirs, floor float64) {
 	if plain == nil || metrics == nil {
 		return 0, 0, 0
 	}
-	if len(metrics.floor) > 0 && len(plain.floor) > 0 {
-		floor = perRound(metrics.floor, plain.floor)
+	if len(metrics.floors) > 0 && len(plain.floors) > 0 {
+		floor = perRound(metrics.floors[0], plain.floors[0])
 	}
 	return perRound(metrics.ours, plain.ours), perRound(metrics.theirs, plain.theirs), floor
 }
@@ -322,11 +324,14 @@ func (rep report) table() string {
 		o, t := medianResult(r.ours), medianResult(r.theirs)
 		fmt.Fprintf(&sb, "| %s | %.1f | %.0f | %.2f | %s | %.1f | %.0f | %.2f | **%.2f** | %s | %s |\n",
 			r.w.Name, o.ns, o.bytes, o.allocs, r.w.Theirs, t.ns, t.bytes, t.allocs, r.ratio(), verdict(r.ratio(), r.w.Goal),
-			ratioOrDash(r.floorRatio()))
+			r.floorRatios())
 	}
 	if o, c, f := rep.metricsOverhead(); o > 0 {
-		fmt.Fprintf(&sb, "| metrics on / off | %.2fx | | | client-go | %.2fx | | | | %s | floor %s |\n",
-			o, c, verdict(o, 1.5), ratioOrDash(f)+map[bool]string{true: "x", false: ""}[f > 0])
+		floor := "—"
+		if f > 0 {
+			floor = fmt.Sprintf("floor %.2fx", f)
+		}
+		fmt.Fprintf(&sb, "| metrics on / off | %.2fx | | | client-go | %.2fx | | | | %s | %s |\n", o, c, verdict(o, 1.5), floor)
 	}
 	for _, m := range rep.mem {
 		ratio := 0.0
@@ -376,7 +381,8 @@ func (rep report) perfMD(table string) string {
 	sb.WriteString("- `metrics on / off`: ns/op of cycle-metrics ÷ cycle, for each library (goal for ours: at most 1.5x), " +
 		"and for the floor, whose only metrics work is the three clock reads that exact durations need.\n")
 	sb.WriteString("- `floor/theirs`: the same workload on a floor (bench/floor.go), which does only the work its protocol " +
-		"cannot avoid and nothing else; no queue can do better on this machine, so a goal below the floor's ratio is out of reach here.\n")
+		"cannot avoid and nothing else; no queue can do better on this machine, so a goal below the floor's ratio is out of reach here. " +
+		"addafter-10k has two: `slots` keeps key state in an array reached through an index, `map` in a map of states as ours does.\n")
 	sb.WriteString("- `memory`: live heap (after GC) grown by adding that many distinct keys, and what is still held once " +
 		"they are all drained while the queue is still referenced; the keys themselves are not counted.\n")
 	if rep.quick {
@@ -473,12 +479,4 @@ func replaceBetweenMarkers(path, section string) error {
 	}
 	s = s[:i+len(beginMarker)] + "\n" + section + "\n" + s[j:]
 	return os.WriteFile(path, []byte(s), 0o644)
-}
-
-// ratioOrDash prints a ratio, or a dash for none (zero).
-func ratioOrDash(r float64) string {
-	if r == 0 {
-		return "—"
-	}
-	return fmt.Sprintf("%.2f", r)
 }
