@@ -20,6 +20,11 @@ import (
 // ready key is left.
 var ErrShutDown = errors.New("workqueue: shut down")
 
+// ErrDrainInterrupted is returned by ShutDownWithDrainContext when ShutDown
+// was called while it waited: the caller asked to stop waiting, and keys may
+// still be ready or processing.
+var ErrDrainInterrupted = errors.New("workqueue: drain interrupted by ShutDown")
+
 // Config configures a Queue. Its zero value is a plain FIFO queue without
 // metrics.
 type Config[T comparable] struct {
@@ -83,6 +88,12 @@ type Queue[T comparable] struct {
 	processing int // keys with fProcessing
 	getters    int // goroutines waiting in Get or GetContext
 	drainers   int // goroutines waiting in ShutDownWithDrain*
+	// interrupts counts the ShutDown calls that found drainers waiting. A
+	// drainer remembers it when it starts to wait and stops waiting when it
+	// changes: ShutDown after ShutDownWithDrain ends the drain, as
+	// client-go documents ("drain on the first signal, force on the
+	// second").
+	interrupts uint64
 
 	shuttingDown bool
 
@@ -513,9 +524,18 @@ func (q *Queue[T]) Stats() Stats {
 // keeps handing out the ready keys and then reports shutdown; Done still
 // works, and a key added again while processing is still handed out once
 // more. ShutDown does not wait; it may be called more than once.
+//
+// ShutDown also ends every ShutDownWithDrain that is waiting at that moment:
+// they return at once (ShutDownWithDrainContext with ErrDrainInterrupted),
+// leaving the keys still ready or processing to the workers. This is the
+// "drain on the first signal, force on the second" of client-go.
 func (q *Queue[T]) ShutDown() {
 	q.mu.Lock()
 	first := q.shutDownLocked()
+	if q.drainers > 0 {
+		q.interrupts++
+		q.cond.Broadcast()
+	}
 	q.mu.Unlock()
 	if first && q.metrics != nil {
 		q.metrics.ShutDown()
@@ -550,29 +570,50 @@ func (q *Queue[T]) shutDownLocked() bool {
 // ShutDownWithDrain shuts the queue down like ShutDown and then waits until
 // no key is ready and none is processing: every key already due has been
 // handed out and Done. Workers must keep calling Get and Done meanwhile, or
-// it never returns. Every concurrent caller returns once the queue is empty.
+// it never returns. Every concurrent caller returns once the queue is empty,
+// and every caller returns at once when ShutDown is called while it waits.
 func (q *Queue[T]) ShutDownWithDrain() {
 	_ = q.ShutDownWithDrainContext(context.Background())
 }
 
 // ShutDownWithDrainContext is ShutDownWithDrain that gives up when ctx ends,
-// returning ctx.Err(). The queue stays shut down either way; keys still
-// ready or processing are left to the workers.
+// returning ctx.Err(), or when ShutDown is called while it waits, returning
+// ErrDrainInterrupted. The queue stays shut down either way; keys still
+// ready or processing are left to the workers. A second drain neither ends
+// nor is ended by the first: each waits for the queue to empty.
 func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
-	q.ShutDown()
 	q.mu.Lock()
-	var err error
-	if q.ready() > 0 || q.processing > 0 {
-		defer q.wakeWhenDone(ctx)()
+	// Shutting down and starting to wait happen under one hold of the
+	// lock: a ShutDown that comes after this drain has shut the queue
+	// down (ShuttingDown reports true) always finds it waiting.
+	first := q.shutDownLocked()
+	waiting := q.ready() > 0 || q.processing > 0
+	epoch := q.interrupts
+	if waiting {
 		q.drainers++
-		for q.ready() > 0 || q.processing > 0 {
-			if err = ctx.Err(); err != nil {
-				break
-			}
-			q.wait()
-		}
-		q.drainers--
 	}
+	q.mu.Unlock()
+	if first && q.metrics != nil {
+		q.metrics.ShutDown()
+	}
+	if !waiting {
+		return nil
+	}
+
+	var err error
+	q.mu.Lock()
+	defer q.wakeWhenDone(ctx)()
+	for q.ready() > 0 || q.processing > 0 {
+		if q.interrupts != epoch {
+			err = ErrDrainInterrupted
+			break
+		}
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		q.wait()
+	}
+	q.drainers--
 	q.mu.Unlock()
 	return err
 }
