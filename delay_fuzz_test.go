@@ -219,6 +219,23 @@ func (m *delayQueueModel) done(k uint8) {
 	}
 }
 
+// remove is Remove's column of the state table.
+func (m *delayQueueModel) remove(k uint8) bool {
+	switch _, waiting := m.waiting[k]; {
+	case m.dirty[k]:
+		delete(m.dirty, k)
+		if !m.proc[k] {
+			m.ready = slices.DeleteFunc(m.ready, func(r uint8) bool { return r == k })
+		}
+		return true
+	case waiting:
+		delete(m.waiting, k)
+		delete(m.arrival, k)
+		return true
+	}
+	return false
+}
+
 func (m *delayQueueModel) shutDown() {
 	m.shutdown = true
 	clear(m.waiting)
@@ -229,7 +246,7 @@ func (m *delayQueueModel) stats() Stats {
 }
 
 // FuzzQueueDelay drives a Queue and the state-table model with the same
-// random Add, AddAfter, passing of time, Get, Done and ShutDown, inside a
+// random Add, AddAfter, passing of time, Get, Done, Remove and ShutDown, inside a
 // synctest bubble, and compares the counts and every key handed out after
 // each operation. Each operation takes three bytes: op, key, value.
 func FuzzQueueDelay(f *testing.F) {
@@ -246,6 +263,8 @@ func FuzzQueueDelay(f *testing.F) {
 	f.Add([]byte{1, 0, 5, 0, 1, 0, 7, 0, 0, 2, 0, 7, 3, 0, 0, 3, 0, 0})    // shutdown drops waiting
 	f.Add([]byte{5, 0, 9, 6, 1, 3, 6, 0, 2, 2, 0, 7, 3, 0, 0, 3, 0, 0})    // priority variants
 	f.Add([]byte{1, 0, 0, 1, 1, 255, 2, 0, 15, 3, 0, 0, 4, 0, 0, 3, 0, 0}) // d <= 0, advance by ms-1ns
+	f.Add([]byte{1, 1, 5, 7, 1, 0, 2, 0, 7, 0, 2, 0, 7, 2, 0, 3, 0, 0})    // Remove of a waiting, then a ready key
+	f.Add([]byte{0, 1, 0, 3, 0, 0, 1, 1, 3, 7, 1, 0, 0, 1, 0, 7, 1, 0})    // Remove of processing+waiting, +dirty
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 3*200 {
 			data = data[:3*200]
@@ -307,8 +326,12 @@ func FuzzQueueDelay(f *testing.F) {
 					q.AddAfterWithPriority(key, d, int(int8(val)))
 					m.addAfter(key, d)
 				case 7:
-					if key != 0 {
-						break // keep shutdown rare
+					if key != 0 { // keep shutdown rare
+						log = append(log, fmt.Sprintf("Remove(%d)", key))
+						if got, want := q.Remove(key), m.remove(key); got != want {
+							fail("Remove(%d) = %v, model %v", key, got, want)
+						}
+						break
 					}
 					log = append(log, "ShutDown()")
 					q.ShutDown()

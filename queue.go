@@ -79,6 +79,11 @@ type Queue[T comparable] struct {
 	fifo  ring[T]
 	store Store[T]
 	prio  PriorityStore[T]
+	// ghosts counts the entries that Remove left in the store, and
+	// ghostKeys how many each key has (remove.go). Only keys with ghosts
+	// are in it.
+	ghosts    int
+	ghostKeys shrinkingMap[T, int32]
 
 	// delay holds the waiting keys, their heap and the timer (delay.go).
 	delay delayState[T]
@@ -238,6 +243,12 @@ func (q *Queue[T]) markDirtyState(item T, st keyState, ok bool, prio int32, fire
 
 // push puts item into the store and wakes one getter. q.mu must be held.
 func (q *Queue[T]) push(item T, prio int32) {
+	q.pushEntry(item, prio)
+	q.wake()
+}
+
+// pushEntry puts item into the store at priority prio. q.mu must be held.
+func (q *Queue[T]) pushEntry(item T, prio int32) {
 	switch {
 	case q.store == nil:
 		q.fifo.Push(item)
@@ -246,7 +257,6 @@ func (q *Queue[T]) push(item T, prio int32) {
 	default:
 		q.store.Push(item)
 	}
-	q.wake()
 }
 
 // wake tells one waiting getter that a key is ready. Drainers wait on the
@@ -265,18 +275,30 @@ func (q *Queue[T]) touch(item T) {
 	}
 }
 
+// pop takes the next ready key out of the store, passing over the ghosts
+// that Remove left. q.mu must be held and q.ready() > 0.
 func (q *Queue[T]) pop() T {
+	item := q.popEntry()
+	for q.ghosts > 0 && q.isGhost(item) {
+		item = q.popEntry()
+	}
+	return item
+}
+
+// popEntry takes the next entry out of the store, ghost or not.
+func (q *Queue[T]) popEntry() T {
 	if q.store == nil {
 		return q.fifo.Pop()
 	}
 	return q.store.Pop()
 }
 
+// ready counts the ready keys: the store's entries less the ghosts.
 func (q *Queue[T]) ready() int {
 	if q.store == nil {
-		return q.fifo.Len()
+		return q.fifo.Len() - q.ghosts
 	}
-	return q.store.Len()
+	return q.store.Len() - q.ghosts
 }
 
 // sweepDelay drops the stale deadline entries once they outnumber the live
