@@ -81,6 +81,7 @@ func (q *Queue[T]) Remove(item T) bool {
 		q.waiting--
 		q.delay.stale++
 		q.sweepDelay()
+		q.unbounce(item)
 		if q.waiting == 0 {
 			q.arm(0) // no key waits any more: stop the timer
 		}
