@@ -1,0 +1,122 @@
+package otel_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/go-coalesce/workqueue"
+	wqotel "github.com/go-coalesce/workqueue/otel"
+	wqprom "github.com/go-coalesce/workqueue/prometheus"
+)
+
+// The providers compared: none, this package's on the OpenTelemetry SDK
+// with a ManualReader (what a periodic OTLP export or a Prometheus exporter
+// sits on), and the Prometheus adapter, all in one binary so that the
+// ratios come from one run on one machine.
+var benchProviders = []struct {
+	name    string
+	metrics func(b *testing.B) workqueue.MetricsProvider
+}{
+	{"metrics=none", func(*testing.B) workqueue.MetricsProvider { return nil }},
+	{"metrics=prometheus", func(*testing.B) workqueue.MetricsProvider {
+		return wqprom.NewProvider(prometheus.NewRegistry())
+	}},
+	{"metrics=otel", func(b *testing.B) workqueue.MetricsProvider {
+		p, _ := newSDKProvider(b)
+		return p
+	}},
+}
+
+// newSDKProvider returns a Provider on an SDK MeterProvider read by a
+// ManualReader, shut down when tb ends.
+func newSDKProvider(tb testing.TB) (*wqotel.Provider, *sdkmetric.ManualReader) {
+	tb.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	tb.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	p, err := wqotel.NewProvider(mp)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p, reader
+}
+
+// BenchmarkAddGetDone is one Add, Get and Done of a key per operation: the
+// metrics-on cycle of the Prometheus adapter's benchmark, with each
+// provider.
+func BenchmarkAddGetDone(b *testing.B) {
+	for _, c := range benchProviders {
+		b.Run(c.name, func(b *testing.B) {
+			q := workqueue.NewWithConfig(workqueue.Config[int]{Name: "bench", Metrics: c.metrics(b)})
+			defer q.ShutDown()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				q.Add(i & 1023)
+				k, _ := q.Get()
+				q.Done(k)
+			}
+		})
+	}
+}
+
+// BenchmarkAddGetDoneParallel is BenchmarkAddGetDone from GOMAXPROCS
+// goroutines at once, each on its own keys (shared keys could coalesce and
+// leave a Get with nothing to take).
+func BenchmarkAddGetDoneParallel(b *testing.B) {
+	for _, c := range benchProviders {
+		b.Run(c.name, func(b *testing.B) {
+			q := workqueue.NewWithConfig(workqueue.Config[int]{Name: "bench", Metrics: c.metrics(b)})
+			defer q.ShutDown()
+			b.ReportAllocs()
+			var goroutines atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				base := int(goroutines.Add(1)) << 20
+				for i := 0; pb.Next(); i++ {
+					q.Add(base | i&1023)
+					k, _ := q.Get()
+					q.Done(k)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkEvents is the adapter's own share of one Add/Get/Done cycle: the
+// three events the queue reports, without the queue.
+func BenchmarkEvents(b *testing.B) {
+	for _, c := range benchProviders[1:] {
+		b.Run(c.name, func(b *testing.B) {
+			m := c.metrics(b).NewQueueMetrics("bench", func() workqueue.Stats { return workqueue.Stats{} })
+			b.ReportAllocs()
+			for b.Loop() {
+				m.Added()
+				m.Waited(time.Millisecond)
+				m.Worked(50 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// BenchmarkCollect is one collection of a MeterProvider with 100 queues.
+func BenchmarkCollect(b *testing.B) {
+	p, reader := newSDKProvider(b)
+	for i := range 100 {
+		q := workqueue.NewWithConfig(workqueue.Config[int]{Name: "q" + strconv.Itoa(i), Metrics: p})
+		defer q.ShutDown()
+		q.Add(1)
+	}
+	var rm metricdata.ResourceMetrics
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
