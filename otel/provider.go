@@ -395,15 +395,26 @@ func (m *queueMetrics) Retried() { m.name.retries.Add(1) }
 // Histogram events carry no context: the queue has none to give, and a
 // background context records no exemplar, which is right for events that
 // belong to no request.
+//
+// A Record on the SDK costs several times a Prometheus Observe even when a
+// View drops the histogram (the SDK resolves the attribute set before it
+// finds nothing to update), so Enabled is asked first: a program that drops
+// the histograms pays one interface call for each event instead.
 
 // Waited implements workqueue.QueueMetrics.
 func (m *queueMetrics) Waited(d time.Duration) {
-	m.p.queueLatency.Record(context.Background(), d.Seconds(), m.recordOpts...)
+	ctx := context.Background()
+	if h := m.p.queueLatency; h.Enabled(ctx) {
+		h.Record(ctx, d.Seconds(), m.recordOpts...)
+	}
 }
 
 // Worked implements workqueue.QueueMetrics.
 func (m *queueMetrics) Worked(d time.Duration) {
-	m.p.workDuration.Record(context.Background(), d.Seconds(), m.recordOpts...)
+	ctx := context.Background()
+	if h := m.p.workDuration; h.Enabled(ctx) {
+		h.Record(ctx, d.Seconds(), m.recordOpts...)
+	}
 }
 
 // ShutDown implements workqueue.QueueMetrics. It only marks the queue: the

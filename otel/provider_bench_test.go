@@ -32,14 +32,28 @@ var benchProviders = []struct {
 		p, _ := newSDKProvider(b)
 		return p
 	}},
+	// The same, with both histograms dropped by a View: what the
+	// counters and gauges cost on their own.
+	{"metrics=otel-nohist", func(b *testing.B) workqueue.MetricsProvider {
+		p, _ := newSDKProvider(b, dropHistograms...)
+		return p
+	}},
 }
 
-// newSDKProvider returns a Provider on an SDK MeterProvider read by a
-// ManualReader, shut down when tb ends.
-func newSDKProvider(tb testing.TB) (*wqotel.Provider, *sdkmetric.ManualReader) {
+// dropHistograms are Views that drop both histograms.
+var dropHistograms = []sdkmetric.View{
+	sdkmetric.NewView(sdkmetric.Instrument{Name: wqotel.QueueDurationName},
+		sdkmetric.Stream{Aggregation: sdkmetric.AggregationDrop{}}),
+	sdkmetric.NewView(sdkmetric.Instrument{Name: wqotel.WorkDurationName},
+		sdkmetric.Stream{Aggregation: sdkmetric.AggregationDrop{}}),
+}
+
+// newSDKProvider returns a Provider on an SDK MeterProvider with views,
+// read by a ManualReader, shut down when tb ends.
+func newSDKProvider(tb testing.TB, views ...sdkmetric.View) (*wqotel.Provider, *sdkmetric.ManualReader) {
 	tb.Helper()
 	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(views...))
 	tb.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	p, err := wqotel.NewProvider(mp)
 	if err != nil {
@@ -88,19 +102,32 @@ func BenchmarkAddGetDoneParallel(b *testing.B) {
 	}
 }
 
-// BenchmarkEvents is the adapter's own share of one Add/Get/Done cycle: the
-// three events the queue reports, without the queue.
+// BenchmarkEvents is the adapter's own share of one Add/Get/Done cycle
+// (event=cycle: the three events the queue reports, without the queue), and
+// of each kind of event alone: an add is a counter, a wait a histogram.
 func BenchmarkEvents(b *testing.B) {
-	for _, c := range benchProviders[1:] {
-		b.Run(c.name, func(b *testing.B) {
-			m := c.metrics(b).NewQueueMetrics("bench", func() workqueue.Stats { return workqueue.Stats{} })
-			b.ReportAllocs()
-			for b.Loop() {
-				m.Added()
-				m.Waited(time.Millisecond)
-				m.Worked(50 * time.Millisecond)
-			}
-		})
+	events := []struct {
+		name string
+		do   func(workqueue.QueueMetrics)
+	}{
+		{"cycle", func(m workqueue.QueueMetrics) {
+			m.Added()
+			m.Waited(time.Millisecond)
+			m.Worked(50 * time.Millisecond)
+		}},
+		{"added", func(m workqueue.QueueMetrics) { m.Added() }},
+		{"waited", func(m workqueue.QueueMetrics) { m.Waited(time.Millisecond) }},
+	}
+	for _, e := range events {
+		for _, c := range benchProviders[1:] {
+			b.Run("event="+e.name+"/"+c.name, func(b *testing.B) {
+				m := c.metrics(b).NewQueueMetrics("bench", func() workqueue.Stats { return workqueue.Stats{} })
+				b.ReportAllocs()
+				for b.Loop() {
+					e.do(m)
+				}
+			})
+		}
 	}
 }
 

@@ -595,6 +595,21 @@ func TestUnregister(t *testing.T) {
 	require.Nil(t, wp.Value(), "an unregistered Provider keeps no queue reachable")
 }
 
+// TestDroppedHistograms: Views that drop the histograms leave the rest as
+// it was.
+func TestDroppedHistograms(t *testing.T) {
+	p, reader := newSDKProvider(t, dropHistograms...)
+	q := newQueue(p, "q")
+	defer q.ShutDown()
+	q.Add("a")
+	k, _ := q.Get()
+	q.Done(k)
+	s := collect(t, reader)
+	require.Zero(t, s.points(queueLatency), "dropped")
+	require.Zero(t, s.points(workDuration), "dropped")
+	require.Equal(t, map[string]float64{adds: 1, depth: 0}, s.values(t, "q", adds, depth))
+}
+
 // TestDeltaTemporality: the counters, observed as cumulative totals, are
 // turned into deltas by the SDK for a reader that prefers deltas (as
 // OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta does: deltas for
