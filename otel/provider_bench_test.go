@@ -2,6 +2,7 @@ package otel_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -146,4 +147,61 @@ func BenchmarkCollect(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkCycleRatio measures the cost ratio of the metrics-on cycle with
+// this Provider to the cycle with the Prometheus adapter in a way that
+// shared, loaded machines cannot skew: each round runs a burst of cycles on
+// each queue, back to back in an order that rotates, and the ratio of each
+// round is kept; the metrics reported are the medians of those ratios.
+// (Separate benchmarks run seconds apart, and the load of other processes
+// changes in between.) One op is one round.
+func BenchmarkCycleRatio(b *testing.B) {
+	const burst = 500
+	newQ := func(p workqueue.MetricsProvider) *workqueue.Queue[int] {
+		q := workqueue.NewWithConfig(workqueue.Config[int]{Name: "bench", Metrics: p})
+		b.Cleanup(q.ShutDown)
+		return q
+	}
+	op, _ := newSDKProvider(b)
+	np, _ := newSDKProvider(b, dropHistograms...)
+	queues := []*workqueue.Queue[int]{
+		newQ(wqprom.NewProvider(prometheus.NewRegistry())),
+		newQ(op),
+		newQ(np),
+	}
+	run := func(q *workqueue.Queue[int]) time.Duration {
+		start := time.Now()
+		for i := range burst {
+			q.Add(i & 1023)
+			k, _ := q.Get()
+			q.Done(k)
+		}
+		return time.Since(start)
+	}
+	for _, q := range queues { // warm up: maps, attribute sets, SDK entries
+		run(q)
+	}
+	var otelRatio, nohistRatio []float64
+	var d [3]time.Duration
+	b.ReportAllocs()
+	for round := 0; b.Loop(); round++ {
+		for j := range queues {
+			k := (round + j) % len(queues)
+			d[k] = run(queues[k])
+		}
+		otelRatio = append(otelRatio, float64(d[1])/float64(d[0]))
+		nohistRatio = append(nohistRatio, float64(d[2])/float64(d[0]))
+	}
+	b.ReportMetric(median(otelRatio), "otel/prom")
+	b.ReportMetric(median(nohistRatio), "otel-nohist/prom")
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
