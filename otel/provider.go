@@ -11,12 +11,12 @@
 // names exactly:
 //
 //	workqueue.depth                      async UpDownCounter  {item}  keys due for a run, not yet handed out by Get
-//	workqueue.adds                       Counter              {item}  adds that made a key due for a run
+//	workqueue.adds                       async Counter        {item}  adds that made a key due for a run
 //	workqueue.queue.duration             Histogram            s       time from the first add to Get
 //	workqueue.work.duration              Histogram            s       time from Get to Done
 //	workqueue.unfinished_work            async UpDownCounter  s       sum of the ages of keys being processed
 //	workqueue.longest_running_processor  async Gauge          s       age of the oldest key being processed
-//	workqueue.retries                    Counter              {item}  AddAfter calls (so every AddRateLimited)
+//	workqueue.retries                    async Counter        {item}  AddAfter calls (so every AddRateLimited)
 //	workqueue.delayed_items              async UpDownCounter  {item}  keys waiting for an AddAfter deadline
 //
 // Every measurement has one attribute, name, set to Config.Name. The meter
@@ -24,10 +24,11 @@
 // reasons for each name, instrument kind and the histograms' bucket
 // boundaries.
 //
-// The asynchronous instruments are observed by one callback per Provider,
-// from the queues' Stats, when the MeterProvider collects: their values are
-// exact at that moment (also while a worker is stuck) and no goroutine
-// refreshes them. Counters and histograms are updated by the queue's events.
+// The asynchronous instruments are observed by one callback per Provider
+// when the MeterProvider collects: the gauges from the queues' Stats, so
+// they are exact at that moment (also while a worker is stuck) and no
+// goroutine refreshes them, and the counters from atomics that the queue's
+// events increment. The histograms are recorded by the events.
 //
 // The package is named otel, after its import path; import it under another
 // name where OpenTelemetry's otel package is also used:
@@ -82,23 +83,26 @@ const (
 	DelayedItemsName = "workqueue.delayed_items"
 )
 
-// DurationBoundaries are the bucket boundaries, in seconds, that both
-// histograms advise (a View may replace them). They are the boundaries
-// OpenTelemetry's semantic conventions give for request and processing
-// durations (0.005 … 10 s), extended down to 10 µs, where a key handed to
-// an idle worker lands, and up to a minute, where a backed-up queue or a
-// stuck reconcile lands; client-go's buckets below 10 µs (10 ns, 100 ns,
-// 1 µs) stay empty on real machines and are left out.
-var DurationBoundaries = []float64{
-	0.00001, 0.0001, 0.001,
-	0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
-	30, 60,
+// DurationBoundaries returns, in a new slice, the bucket boundaries in
+// seconds that both histograms advise (a View may replace them). They are
+// the boundaries OpenTelemetry's semantic conventions give for request and
+// processing durations (0.005 … 10 s), extended down to 10 µs, where a key
+// handed to an idle worker lands, and up to a minute, where a backed-up
+// queue or a stuck reconcile lands; client-go's buckets below 10 µs (10 ns,
+// 100 ns, 1 µs) stay empty on real machines and are left out.
+func DurationBoundaries() []float64 {
+	return []float64{
+		0.00001, 0.0001, 0.001,
+		0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
+		30, 60,
+	}
 }
 
 // Provider makes the OpenTelemetry metrics of queues: set it as
 // workqueue.Config.Metrics, together with a Config.Name. One Provider serves
 // any number of queues, with one set of instruments and one callback,
-// registered in NewProvider, that observes the gauges of all of them.
+// registered in NewProvider, that observes the counters and gauges of all
+// of them.
 //
 // Queues are told apart by their name, the value of the name attribute. Two
 // queues with the same name are reported as one: their counters and
@@ -193,6 +197,7 @@ func NewProvider(mp metric.MeterProvider) (*Provider, error) {
 		return nil, errors.New("workqueue/otel: NewProvider: nil MeterProvider")
 	}
 	m := mp.Meter(ScopeName)
+	bounds := DurationBoundaries()
 	p := &Provider{byName: make(map[string]*nameState)}
 	var err error
 	fail := func(what string, e error) error {
@@ -213,13 +218,13 @@ func NewProvider(mp metric.MeterProvider) (*Provider, error) {
 	if p.queueLatency, err = m.Float64Histogram(QueueDurationName,
 		metric.WithUnit("s"),
 		metric.WithDescription("How long an item stays in the workqueue, from the add that made it due until Get hands it out."),
-		metric.WithExplicitBucketBoundaries(DurationBoundaries...)); err != nil {
+		metric.WithExplicitBucketBoundaries(bounds...)); err != nil {
 		return nil, fail(QueueDurationName, err)
 	}
 	if p.workDuration, err = m.Float64Histogram(WorkDurationName,
 		metric.WithUnit("s"),
 		metric.WithDescription("How long processing an item from the workqueue takes, from Get to Done."),
-		metric.WithExplicitBucketBoundaries(DurationBoundaries...)); err != nil {
+		metric.WithExplicitBucketBoundaries(bounds...)); err != nil {
 		return nil, fail(WorkDurationName, err)
 	}
 	if p.depth, err = m.Int64ObservableUpDownCounter(DepthName,

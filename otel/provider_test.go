@@ -209,7 +209,7 @@ func TestInstruments(t *testing.T) {
 		case "histogram":
 			h := s.histogram(t, w.name, "q")
 			require.NotNil(t, h, "%s{name=q}", w.name)
-			require.Equal(t, wqotel.DurationBoundaries, h.Bounds, "%s uses the advised boundaries", w.name)
+			require.Equal(t, wqotel.DurationBoundaries(), h.Bounds, "%s uses the advised boundaries", w.name)
 		}
 		require.Equal(t, 1, s.points(w.name), "%s has one point, for q", w.name)
 	}
@@ -378,15 +378,15 @@ func TestDurations(t *testing.T) {
 		// Bucket i counts values in (bound[i-1], bound[i]]; the last one
 		// is above 60s.
 		bucketOf := func(v float64) int {
-			for i, b := range wqotel.DurationBoundaries {
+			for i, b := range wqotel.DurationBoundaries() {
 				if v <= b {
 					return i
 				}
 			}
-			return len(wqotel.DurationBoundaries)
+			return len(wqotel.DurationBoundaries())
 		}
 		wantBuckets := func(vs ...float64) []uint64 {
-			c := make([]uint64, len(wqotel.DurationBoundaries)+1)
+			c := make([]uint64, len(wqotel.DurationBoundaries())+1)
 			for _, v := range vs {
 				c[bucketOf(v)]++
 			}
