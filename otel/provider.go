@@ -155,9 +155,9 @@ type Provider struct {
 // The counters are atomics observed by the callback, not synchronous
 // OpenTelemetry Counters: an event is then one atomic add, where the SDK's
 // Counter.Add resolves the attribute set and looks it up in a map on every
-// call (about ten times the cost, measured in provider_bench_test.go). The
-// exported data are the same: a cumulative, monotonic Sum per name, exact
-// at every collection.
+// call (about ten times the cost; see "Cost" in the module README). The
+// exported data are the same: a monotonic Sum per name, exact at every
+// collection, cumulative or turned into deltas by the SDK.
 type nameState struct {
 	attr          metric.MeasurementOption // WithAttributeSet of the name
 	adds, retries atomic.Int64
