@@ -2,8 +2,10 @@ package otel_test
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,9 +157,19 @@ func BenchmarkCollect(b *testing.B) {
 // each queue, back to back in an order that rotates, and the ratio of each
 // round is kept; the metrics reported are the medians of those ratios.
 // (Separate benchmarks run seconds apart, and the load of other processes
-// changes in between.) One op is one round.
+// changes in between.) One op is one round. With goroutines=N, each burst
+// is shared by N goroutines, each on its own keys, as in
+// BenchmarkAddGetDoneParallel.
 func BenchmarkCycleRatio(b *testing.B) {
-	const burst = 500
+	for _, goroutines := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run("goroutines="+strconv.Itoa(goroutines), func(b *testing.B) {
+			cycleRatio(b, goroutines)
+		})
+	}
+}
+
+func cycleRatio(b *testing.B, goroutines int) {
+	const burst = 500 // cycles per goroutine per round
 	newQ := func(p workqueue.MetricsProvider) *workqueue.Queue[int] {
 		q := workqueue.NewWithConfig(workqueue.Config[int]{Name: "bench", Metrics: p})
 		b.Cleanup(q.ShutDown)
@@ -170,13 +182,24 @@ func BenchmarkCycleRatio(b *testing.B) {
 		newQ(op),
 		newQ(np),
 	}
-	run := func(q *workqueue.Queue[int]) time.Duration {
-		start := time.Now()
+	cycles := func(q *workqueue.Queue[int], base int) {
 		for i := range burst {
-			q.Add(i & 1023)
+			q.Add(base | i&1023)
 			k, _ := q.Get()
 			q.Done(k)
 		}
+	}
+	run := func(q *workqueue.Queue[int]) time.Duration {
+		start := time.Now()
+		if goroutines == 1 {
+			cycles(q, 0)
+			return time.Since(start)
+		}
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() { cycles(q, (g+1)<<20) })
+		}
+		wg.Wait()
 		return time.Since(start)
 	}
 	for _, q := range queues { // warm up: maps, attribute sets, SDK entries
