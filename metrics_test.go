@@ -179,3 +179,49 @@ func TestMetricsLongestAfterRerun(t *testing.T) {
 		require.Equal(t, Stats{}, r.stats(), "nothing left to age")
 	})
 }
+
+// prioRecorder is a PriorityMetricsProvider that keeps the functions it is
+// given.
+type prioRecorder struct {
+	recorder
+	byPriority func(map[int]int)
+}
+
+func (r *prioRecorder) NewPriorityQueueMetrics(name string, stats func() Stats, byPriority func(map[int]int)) QueueMetrics {
+	r.byPriority = byPriority
+	return r.NewQueueMetrics(name, stats)
+}
+
+func TestMetricsDirtyByPriority(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		plain := &prioRecorder{}
+		NewWithConfig(Config[string]{Name: "q", Metrics: plain})
+		require.Nil(t, plain.byPriority, "a queue without a PriorityStore must not offer priorities")
+		require.NotNil(t, plain.stats, "it must still ask for its metrics the usual way")
+
+		r := &prioRecorder{}
+		q := NewWithConfig(Config[string]{Name: "q", Metrics: r, Store: NewPriorityStore[string]()})
+		require.NotNil(t, r.byPriority, "a priority queue must offer its priorities to a PriorityMetricsProvider")
+		count := func() map[int]int {
+			m := map[int]int{}
+			r.byPriority(m)
+			return m
+		}
+		require.Empty(t, count(), "an empty queue has no dirty key")
+
+		q.Add("a")
+		q.AddWithPriority("b", 5)
+		q.AddWithPriority("c", -1)
+		q.AddWithPriority("c", 5)                 // raised: counted at 5 only
+		q.AddAfterWithPriority("w", time.Hour, 9) // waiting: not dirty
+		require.Equal(t, map[int]int{0: 1, 5: 2}, count(), "ready keys by the priority of their run")
+
+		k, p, _ := q.GetWithPriority()
+		require.Equal(t, "b", k)
+		require.Equal(t, 5, p)
+		require.Equal(t, map[int]int{0: 1, 5: 1}, count(), "a key handed out is no longer dirty")
+		q.AddWithPriority("b", 7) // processing+dirty: depth counts it, at 7
+		require.Equal(t, map[int]int{0: 1, 5: 1, 7: 1}, count())
+		require.Equal(t, 3, r.stats().Dirty, "byPriority must add up to Dirty")
+	})
+}

@@ -108,7 +108,11 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		q.prio, _ = cfg.Store.(PriorityStore[T])
 	}
 	if cfg.Name != "" && cfg.Metrics != nil {
-		q.metrics = cfg.Metrics.NewQueueMetrics(cfg.Name, q.Stats)
+		if pm, ok := cfg.Metrics.(PriorityMetricsProvider); ok && q.prio != nil {
+			q.metrics = pm.NewPriorityQueueMetrics(cfg.Name, q.Stats, q.dirtyByPriority)
+		} else {
+			q.metrics = cfg.Metrics.NewQueueMetrics(cfg.Name, q.Stats)
+		}
 	}
 	return q
 }
@@ -506,6 +510,25 @@ func (q *Queue[T]) Stats() Stats {
 		s.UnfinishedWork, s.LongestRunning = time.Duration(u), time.Duration(l)
 	}
 	return s
+}
+
+// dirtyByPriority adds to m the number of dirty keys at each priority: see
+// PriorityMetricsProvider. It walks the key table rather than keeping a
+// count per priority up to date, so that Add, Get and Done pay nothing for
+// it and no other path that changes a key's priority or dirty flag has to
+// remember it; a scrape pays one pass over the keys instead, only for
+// priority queues whose provider asks.
+func (q *Queue[T]) dirtyByPriority(m map[int]int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dirty == 0 {
+		return
+	}
+	for _, st := range q.keys.m {
+		if st.flags&fDirty != 0 {
+			m[int(st.prio)]++
+		}
+	}
 }
 
 // ShutDown stops the queue from accepting keys: Add and AddAfter are ignored
