@@ -378,8 +378,13 @@ func (p *Provider) values(kind gaugeKind) []*value {
 			}
 			counts := map[int]int{}
 			q.byPriority(counts)
+			overflow := p.seePriorities(q.name, counts)
 			for prio, n := range counts {
-				add(withPriority(q.labels, p.priorityLabel(q.name, prio)), float64(n))
+				l := PriorityOverflow
+				if !overflow {
+					l = strconv.Itoa(prio)
+				}
+				add(withPriority(q.labels, l), float64(n))
 			}
 		}
 	}
@@ -389,29 +394,29 @@ func (p *Provider) values(kind gaugeKind) []*value {
 	return out
 }
 
-// priorityLabel returns the priority label of prio in the depth of queues
-// named name, following controller-runtime's cardinality rule.
-func (p *Provider) priorityLabel(name string, prio int) string {
-	l := strconv.Itoa(prio)
+// seePriorities records the priorities of counts as shown in the depth of
+// queues named name, and reports whether that name is past MaxPriorities,
+// so that its depth goes under PriorityOverflow from now on (as in
+// controller-runtime; the per-priority series stay, at the host's value).
+func (p *Provider) seePriorities(name string, counts map[int]int) (overflow bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.prios[name]
 	if s.overflow {
-		return PriorityOverflow
+		return true
 	}
-	if _, ok := s.labels[l]; ok {
-		return l
+	for prio := range counts {
+		if s.labels == nil {
+			s.labels = map[string]struct{}{}
+			p.prios[name] = s
+		}
+		s.labels[strconv.Itoa(prio)] = struct{}{}
 	}
-	if len(s.labels) >= MaxPriorities {
+	if len(s.labels) > MaxPriorities {
 		p.prios[name] = prioSeen{overflow: true}
-		return PriorityOverflow
+		return true
 	}
-	if s.labels == nil {
-		s.labels = map[string]struct{}{}
-		p.prios[name] = s
-	}
-	s.labels[l] = struct{}{}
-	return l
+	return false
 }
 
 // forget stops reporting the given queues and drops the Provider's
