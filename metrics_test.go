@@ -2,6 +2,8 @@ package workqueue
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -223,5 +225,52 @@ func TestMetricsDirtyByPriority(t *testing.T) {
 		q.AddWithPriority("b", 7) // processing+dirty: depth counts it, at 7
 		require.Equal(t, map[int]int{0: 1, 5: 1, 7: 1}, count())
 		require.Equal(t, 3, r.stats().Dirty, "byPriority must add up to Dirty")
+	})
+}
+
+// TestDirtyByPriorityMatchesScan drives a priority queue with metrics by
+// random operations and checks, after each, that the counts a provider gets
+// (from the store's levels and the processing set) are those of a pass over
+// the key table.
+func TestDirtyByPriorityMatchesScan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for seed := range 200 {
+			rng := rand.New(rand.NewPCG(uint64(seed), 0))
+			r := &prioRecorder{}
+			q := NewWithConfig(Config[int]{Name: "q", Metrics: r, Store: NewPriorityStore[int]()})
+			var held []int
+			for range 300 {
+				k, p := rng.IntN(20), rng.IntN(5)-2
+				switch rng.IntN(6) {
+				case 0:
+					q.Add(k)
+				case 1:
+					q.AddWithPriority(k, p)
+				case 2:
+					q.AddAfterWithPriority(k, time.Duration(rng.IntN(3))*time.Millisecond, p)
+				case 3:
+					if q.Len() > 0 {
+						k, _ := q.Get()
+						held = append(held, k)
+					}
+				case 4:
+					if len(held) > 0 {
+						i := rng.IntN(len(held))
+						q.Done(held[i])
+						held = slices.Delete(held, i, i+1)
+					}
+				case 5:
+					time.Sleep(time.Millisecond)
+					synctest.Wait()
+				}
+				got, want := map[int]int{}, map[int]int{}
+				r.byPriority(got)
+				q.mu.Lock()
+				q.scanDirtyByPriority(want)
+				q.mu.Unlock()
+				require.Equal(t, want, got, "seed %d: dirty keys by priority", seed)
+			}
+			q.ShutDown()
+		}
 	})
 }

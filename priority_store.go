@@ -135,6 +135,15 @@ func (s *priorityStore[T]) Raise(item T, priority int) {
 	s.add(s.level(priority), item)
 }
 
+// countByPriority adds to m the number of keys the store holds at each
+// priority, for the queue's metrics. O(levels): the heap holds exactly the
+// levels with live keys.
+func (s *priorityStore[T]) countByPriority(m map[int]int) {
+	for _, l := range s.heap {
+		m[l.prio] += l.live
+	}
+}
+
 // Pop removes and returns the oldest key of the highest priority. Len() > 0.
 func (s *priorityStore[T]) Pop() T {
 	l := s.heap[0]
