@@ -38,8 +38,9 @@ type PriorityMetricsProvider interface {
 	// keys (those Stats counts in Dirty) whose pending run has that
 	// priority; priorities without a dirty key are left out. Like stats it
 	// is safe to call from any goroutine at any time and takes the
-	// queue's lock, and it costs one pass over the queue's keys: call it
-	// when scraped, never on the hot path.
+	// queue's lock briefly: with NewPriorityStore it costs
+	// O(priorities + processing keys), with another PriorityStore one pass
+	// over the queue's keys. Call it when scraped, never on the hot path.
 	NewPriorityQueueMetrics(name string, stats func() Stats, byPriority func(m map[int]int)) QueueMetrics
 }
 
