@@ -243,13 +243,20 @@ type queueMetrics struct {
 	live                       *liveQueue
 }
 
-func (m *queueMetrics) Added()                 { m.adds.Inc() }
-func (m *queueMetrics) Retried()               { m.retries.Inc() }
+// Added implements workqueue.QueueMetrics.
+func (m *queueMetrics) Added() { m.adds.Inc() }
+
+// Retried implements workqueue.QueueMetrics.
+func (m *queueMetrics) Retried() { m.retries.Inc() }
+
+// Waited implements workqueue.QueueMetrics.
 func (m *queueMetrics) Waited(d time.Duration) { m.queueLatency.Observe(d.Seconds()) }
+
+// Worked implements workqueue.QueueMetrics.
 func (m *queueMetrics) Worked(d time.Duration) { m.workDuration.Observe(d.Seconds()) }
 
-// ShutDown marks the queue: the next scrapes decide, from Stats, when it
-// stops contributing.
+// ShutDown implements workqueue.QueueMetrics. It marks the queue: the next
+// scrapes decide, from Stats, when it stops contributing.
 func (m *queueMetrics) ShutDown() { m.live.shutDown.Store(true) }
 
 type gaugeKind int
