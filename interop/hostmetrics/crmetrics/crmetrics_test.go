@@ -3,7 +3,9 @@ package crmetrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,12 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// seq makes queue names unique, so that a test run again in the same
+// process (-count) starts from fresh series in the global registry.
+var seq atomic.Int64
+
+func unique(name string) string { return fmt.Sprintf("%s-%d", name, seq.Add(1)) }
 
 type (
 	request  = reconcile.Request
@@ -177,9 +185,9 @@ var deterministic = []string{"workqueue_depth", "workqueue_adds_total", "workque
 // controller-runtime leaves empty for it.
 func TestPlainQueueReportsLikeControllerRuntimesQueues(t *testing.T) {
 	items := []item{{"a", 0}, {"b", 0}, {"c", 0}, {"d", 0}, {"e", 0}}
-	oursMid, oursEnd := run(t, "plain-ours", ourPlainQueue, true, items)
-	crMid, crEnd := run(t, "plain-cr", nil, true, items)
-	cgMid, cgEnd := run(t, "plain-clientgo", nil, false, items)
+	oursMid, oursEnd := run(t, unique("plain-ours"), ourPlainQueue, true, items)
+	crMid, crEnd := run(t, unique("plain-cr"), nil, true, items)
+	cgMid, cgEnd := run(t, unique("plain-clientgo"), nil, false, items)
 
 	require.Equal(t, scrape.Shapes(crEnd), scrape.Shapes(oursEnd), "our series must be controller-runtime's priority queue's")
 	require.Equal(t, scrape.Values(crMid, deterministic...), scrape.Values(oursMid, deterministic...), "mid-run values must agree")
@@ -217,8 +225,8 @@ func TestPlainQueueReportsLikeControllerRuntimesQueues(t *testing.T) {
 // at two priorities: depth is labelled by priority in both.
 func TestPriorityQueueReportsLikeControllerRuntimesPriorityQueue(t *testing.T) {
 	items := []item{{"a", 0}, {"b", 0}, {"c", 0}, {"low1", -100}, {"low2", -100}}
-	oursMid, oursEnd := run(t, "prio-ours", ourPriorityQueue, true, items)
-	crMid, crEnd := run(t, "prio-cr", nil, true, items)
+	oursMid, oursEnd := run(t, unique("prio-ours"), ourPriorityQueue, true, items)
+	crMid, crEnd := run(t, unique("prio-cr"), nil, true, items)
 
 	require.Equal(t, scrape.Shapes(crEnd), scrape.Shapes(oursEnd), "our series must be controller-runtime's priority queue's")
 	require.Equal(t, scrape.Values(crMid, deterministic...), scrape.Values(oursMid, deterministic...), "mid-run values must agree")
@@ -232,11 +240,12 @@ func TestPriorityQueueReportsLikeControllerRuntimesPriorityQueue(t *testing.T) {
 // the scrape succeeds, the counters are shared, and the age gauges are
 // combined into one series.
 func TestSameNameAsClientGoQueue(t *testing.T) {
+	name := unique("shared")
 	theirs := clientworkqueue.NewTypedRateLimitingQueueWithConfig(clientworkqueue.DefaultTypedControllerRateLimiter[string](),
-		clientworkqueue.TypedRateLimitingQueueConfig[string]{Name: "shared"})
+		clientworkqueue.TypedRateLimitingQueueConfig[string]{Name: name})
 	defer theirs.ShutDown()
 	ours := workqueue.NewRateLimitingQueueWithConfig(workqueue.DefaultControllerRateLimiter[string](),
-		workqueue.Config[string]{Name: "shared", Metrics: crmetrics.Provider()})
+		workqueue.Config[string]{Name: name, Metrics: crmetrics.Provider()})
 	defer ours.ShutDown()
 	for _, k := range []string{"x", "y"} {
 		theirs.Add(k)
@@ -245,7 +254,7 @@ func TestSameNameAsClientGoQueue(t *testing.T) {
 	k, _ := ours.Get()
 	defer ours.Done(k)
 
-	s, err := scrape.Of(metrics.Registry, "shared")
+	s, err := scrape.Of(metrics.Registry, name)
 	require.NoError(t, err, "two queues of one name must not break the scrape")
 	require.Equal(t, 4.0, s[`workqueue_adds_total{controller=Q,name=Q}`].Value, "the adds counter is shared")
 	require.Equal(t, 2.0, s[`workqueue_depth{controller=Q,name=Q,priority=}`].Value, "client-go's depth, unlabelled by priority")

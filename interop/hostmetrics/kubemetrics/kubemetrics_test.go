@@ -1,7 +1,9 @@
 package kubemetrics_test
 
 import (
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,12 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// seq makes queue names unique, so that a test run again in the same
+// process (-count) starts from fresh series in the global registry.
+var seq atomic.Int64
+
+func unique(name string) string { return fmt.Sprintf("%s-%d", name, seq.Add(1)) }
 
 type rlQueue = clientworkqueue.TypedRateLimitingInterface[string]
 
@@ -120,8 +128,9 @@ var deterministic = []string{"workqueue_depth", "workqueue_adds_total", "workque
 // name label, buckets) and the same values wherever they do not depend on
 // timing, mid-run and at the end.
 func TestSeriesLikeClientGo(t *testing.T) {
-	oursMid, oursEnd := run(t, ours("kcm-ours"), "kcm-ours")
-	theirsMid, theirsEnd := run(t, theirs("kcm-theirs"), "kcm-theirs")
+	o, th := unique("kcm-ours"), unique("kcm-theirs")
+	oursMid, oursEnd := run(t, ours(o), o)
+	theirsMid, theirsEnd := run(t, theirs(th), th)
 
 	require.Len(t, theirsEnd, 7, "client-go's seven workqueue series")
 	require.Equal(t, scrape.Shapes(theirsEnd), scrape.Shapes(oursEnd), "our series must be client-go's")
@@ -144,16 +153,21 @@ func TestSeriesLikeClientGo(t *testing.T) {
 
 // TestSameNameAsClientGo is the Deployment controller swap: the
 // client-go queue named "deployment" runs, then ours under the same name.
-// The series are the same ones, and ours add to them as a second client-go
-// queue of that name would.
+// The series are the same ones, and ours add to them what the client-go
+// queue added, as a second client-go queue of that name would.
 func TestSameNameAsClientGo(t *testing.T) {
+	before, err := scrape.Of(legacyregistry.DefaultGatherer, "deployment")
+	require.NoError(t, err)
 	_, first := run(t, theirs("deployment"), "deployment")
 	_, second := run(t, ours("deployment"), "deployment")
 
 	require.Equal(t, scrape.Shapes(first), scrape.Shapes(second), "the same series")
-	for k, v := range scrape.Values(first, "workqueue_adds_total", "workqueue_retries_total",
-		"workqueue_queue_duration_seconds", "workqueue_work_duration_seconds") {
-		require.Equal(t, 2*v, second[k].Value, "%s: our queue's counts add to client-go's", k)
+	counts := []string{"workqueue_adds_total", "workqueue_retries_total",
+		"workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"}
+	b := scrape.Values(before, counts...)
+	for k, v := range scrape.Values(first, counts...) {
+		require.Positive(t, v-b[k], "%s: the client-go queue counted", k)
+		require.Equal(t, v-b[k], second[k].Value-v, "%s: our queue's counts add to client-go's, as much", k)
 	}
 	require.Zero(t, second[`workqueue_depth{name=Q}`].Value)
 }
