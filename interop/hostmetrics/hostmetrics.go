@@ -38,7 +38,8 @@
 // The trade-off: the host's gauge collectors are replaced on the registry
 // (their values and series are all still reported, and the host keeps
 // writing to them), which is why New is called once per registry, by the
-// subpackages, and never for a registry where the families are absent.
+// subpackages, and never for a registry where the families are absent; and
+// a scrape that runs while New swaps a family may miss that family once.
 //
 // A queue that has shut down and has nothing ready, waiting or processing
 // stops contributing (its series stay, at the value the host holds, 0),
