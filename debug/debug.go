@@ -130,7 +130,7 @@ func NewHandler(opts Options, queues ...Source) *Handler {
 type Page struct {
 	// Time is when the snapshots were taken; ages and due times count
 	// from it.
-	Time   time.Time `json:"time"`
+	Time   time.Time   `json:"time"`
 	Queues []QueueView `json:"queues"`
 }
 
