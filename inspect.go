@@ -12,17 +12,28 @@ import (
 // Done do no extra work for it, not even a branch, so a queue that is never
 // inspected pays nothing.
 //
-// A snapshot is taken under the queue's lock in one pass over the key
-// table, which is where the flags, deadlines, priorities and run starts
-// live. What is returned is bounded by the caller's limits, and the keys of
-// each part are picked by partial selection: a bounded max-heap of the
-// limit best keys, kept in the returned slice itself, so a queue of a
-// million keys costs one walk of its table (O(keys · log limit)) and no
-// allocation beyond the slice returned. Ready keys are read in the order
-// Get would take them straight from the FIFO or priority store, which
-// needs no walk at all; for any other Store (the fair store, a user's),
-// which cannot be read without popping, they are taken from the table, in
-// no particular order.
+// A snapshot is taken under the queue's lock, and its cost is bounded by
+// what it returns, not by the keys the queue holds, wherever the queue
+// keeps its keys in order:
+//
+//   - processing keys, oldest run first, are the first live records of the
+//     processing set (processing_set.go), which a queue with metrics keeps
+//     in start order;
+//   - waiting keys, due soonest first, come from the delay state
+//     (delay.go): the first live entries of its sorted ring, and the top
+//     levels of its heap, down to the first level that comes entirely
+//     after the keys kept so far, which are kept in a bounded max-heap
+//     inside the returned slice (partial selection: no sort of all the
+//     deadlines);
+//   - ready keys come straight from the FIFO ring or the priority store, in
+//     the order Get takes them.
+//
+// Two things are only in the key table and cost a walk of it, which stops
+// as soon as it has found what it needs: the processing keys of a queue
+// without metrics (which keeps no start order, so any of them will do),
+// and the ready keys of a store that cannot be read without popping (the
+// fair store, a user's Store), in no particular order. Either way nothing
+// is allocated beyond the returned slice.
 //
 // Run starts are measured only by a queue with metrics (Config.Name and
 // Config.Metrics). Measuring them always would add a clock read to every
@@ -136,9 +147,13 @@ type InspectLimits struct {
 // keys first. A processing key whose next run waits for a deadline is
 // listed among the processing keys, with its Due set.
 //
-// It walks the key table once, O(keys · log limit), holding the lock
-// meanwhile, and allocates only the slice it returns (nil when it is
-// empty). It is meant for debugging and for tests, not for every Get.
+// It holds the lock meanwhile and allocates only the slice it returns
+// (nil when it is empty). With metrics on and the default FIFO or a
+// priority store it costs about O(limit · log keys), plus the stale
+// entries it skips, whatever the number of keys; without
+// metrics, finding the processing keys costs a walk of the key table (see
+// the note at the top of inspect.go). It is meant for debugging and for
+// tests, not for every Get.
 func (q *Queue[T]) Inspect(limit int) []KeyInfo[T] {
 	return q.inspect(InspectLimits{limit, limit, limit}, limit)
 }
@@ -146,9 +161,7 @@ func (q *Queue[T]) Inspect(limit int) []KeyInfo[T] {
 // InspectLimited is Inspect with a separate limit for each part, so that
 // many processing keys cannot crowd out the waiting ones (what a debug page
 // wants). The parts come in Inspect's order and are ordered the same way.
-// A part whose limit is zero costs nothing: with Processing and Waiting
-// both zero and the default FIFO or a priority store, the key table is not
-// walked at all.
+// A part whose limit is zero costs nothing.
 func (q *Queue[T]) InspectLimited(l InspectLimits) []KeyInfo[T] {
 	return q.inspect(l, max(l.Processing, 0)+max(l.Waiting, 0)+max(l.Ready, 0))
 }
@@ -221,31 +234,38 @@ func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 	out := make([]KeyInfo[T], np+nw+walkReady, np+nw+nr)
 	procs, waits, readys := out[:0:np], out[np:np:np+nw], out[np+nw:np+nw:np+nw+walkReady]
 
-	if np > 0 || nw > 0 || walkReady > 0 {
-		timed := q.metrics != nil
+	timed := q.metrics != nil
+	if np > 0 && timed {
+		// The processing set holds the runs oldest first: the first np
+		// live records are the answer, no walk needed.
+		q.procs.order.each(func(r startRecord[T]) bool {
+			if st, ok := q.keys.m[r.item]; ok && st.flags&fProcessing != 0 && st.gen == r.gen {
+				e := info(r.item, st)
+				e.ord = r.at
+				procs = append(procs, e)
+			}
+			return len(procs) < np
+		})
+	}
+	if (np > 0 && !timed) || walkReady > 0 {
+		// Without metrics nothing but the key table knows which keys are
+		// processing; nor does it know their order, so the first np found
+		// are as good as any. The walk stops once both parts are full.
 		for k, st := range q.keys.m {
 			switch {
-			case st.flags&fProcessing != 0:
-				if np == 0 {
-					continue
-				}
-				var at int64
-				if timed {
-					at = st.at
-				}
-				procs = keep(procs, k, st, at, 0)
-			case st.flags&fWaiting != 0:
-				if nw > 0 {
-					waits = keep(waits, k, st, st.when, st.wseq)
-				}
-			case st.flags&fDirty != 0:
-				if len(readys) < cap(readys) {
-					readys = append(readys, info(k, st))
-				}
+			case st.flags&fProcessing != 0 && !timed && len(procs) < np:
+				procs = append(procs, info(k, st))
+			case st.flags == fDirty && len(readys) < walkReady:
+				readys = append(readys, info(k, st))
+			}
+			if (timed || len(procs) == np) && len(readys) == walkReady {
+				break
 			}
 		}
 	}
-	sortPart(procs)
+	if nw > 0 {
+		waits = q.soonest(waits)
+	}
 	sortPart(waits)
 
 	n := len(procs)
@@ -284,6 +304,46 @@ func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 		return nil
 	}
 	return out
+}
+
+// soonest fills part, empty with room for the keys wanted, with the
+// waiting keys (not processing) due soonest, in no particular order. The
+// delay state has them without a walk of the key table: its in-order ring
+// is sorted, so its first live entries are the soonest it holds, and its
+// heap (deadlines that came early) is read level by level from the root.
+// An entry that comes after every key kept is not looked up, and neither
+// are its children, which come later still; once a whole level comes
+// after, so does everything below it, and the search stops. The k soonest
+// entries of a heap lie in its top levels, so this reads about the first
+// few times k entries, not all of them. Stale entries, left behind when a
+// key became ready or moved earlier, are told apart by the key table.
+// q.mu must be held.
+func (q *Queue[T]) soonest(part []KeyInfo[T]) []KeyInfo[T] {
+	found := 0
+	q.delay.inOrder.each(func(e deadline[T]) bool {
+		if st, ok := q.keys.m[e.item]; liveIn(e, st, ok) && st.flags&fProcessing == 0 {
+			part = keep(part, e.item, st, e.when, e.seq)
+			found++
+		}
+		return found < cap(part) // the rest of the ring comes later
+	})
+	h := q.delay.heap
+	for lo := 0; lo < len(h); lo = 2*lo + 1 {
+		sooner := false
+		for _, e := range h[lo:min(2*lo+1, len(h))] {
+			if len(part) == cap(part) && !after(part[0], KeyInfo[T]{ord: e.when, seq: e.seq}) {
+				continue // e, and all below it, come after every key kept
+			}
+			sooner = true
+			if st, ok := q.keys.m[e.item]; liveIn(e, st, ok) && st.flags&fProcessing == 0 {
+				part = keep(part, e.item, st, e.when, e.seq)
+			}
+		}
+		if !sooner {
+			break
+		}
+	}
+	return part
 }
 
 // info returns what a snapshot says of k, whose table entry is st, before

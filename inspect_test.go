@@ -161,8 +161,10 @@ func TestInspectWaitingSoonestFirst(t *testing.T) {
 		q.AddAfter("k2", 4*time.Second) // earlier than its 9s: the 9s entry goes stale
 		q.AddAfter("k0", 8*time.Second) // later than 5s: ignored
 		q.Add("k4")                     // waiting to ready: its entry goes stale
+		q.AddAfter("early", time.Second/2)
+		q.Add("early") // the soonest entry of all is stale
 		got := q.Inspect(100)
-		require.Equal(t, []string{"k3:waiting", "k6:waiting", "k1:waiting", "k5:waiting", "k2:waiting", "k0:waiting", "k4:ready"}, brief(got),
+		require.Equal(t, []string{"k3:waiting", "k6:waiting", "k1:waiting", "k5:waiting", "k2:waiting", "k0:waiting", "k4:ready", "early:ready"}, brief(got),
 			"waiting keys soonest first; equal deadlines (k1, k5) in the order they were given; k4 is ready")
 		wantDue := []int{1, 2, 3, 3, 4, 5}
 		for i, d := range wantDue {
@@ -215,16 +217,30 @@ func TestInspectOldestRunsFirst(t *testing.T) {
 		for _, k := range order[:20] {
 			q.Done(k)
 		}
-		got := q.Inspect(10)
+		// Run five of them again: their first runs' records are stale and
+		// must not show, their new runs come last.
+		for _, k := range order[:5] {
+			q.Add(k)
+			q.Get()
+			time.Sleep(time.Millisecond)
+		}
 		var want []int
 		for k := range 50 {
 			if !slices.Contains(order[:20], k) {
 				want = append(want, k)
 			}
 		}
+		want = append(want, order[:5]...)
+		got := q.Inspect(10)
 		require.Len(t, got, 10)
 		for i, e := range got {
 			require.Equal(t, want[i], e.Key, "oldest runs first, at %d", i)
+		}
+		all := q.Inspect(100)
+		require.Len(t, all, 35, "every processing key once")
+		for i, e := range all {
+			require.Equal(t, want[i], e.Key, "oldest runs first, at %d", i)
+			require.Equal(t, workqueue.KeyProcessing, e.State)
 		}
 		q.ShutDown()
 	})

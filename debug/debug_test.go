@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"html"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -194,9 +195,14 @@ func TestPageBounded(t *testing.T) {
 		n = 20_000
 	}
 	synctest.Test(t, func(t *testing.T) {
-		q := bigQueue(n)
+		q := bigQueue(n, true)
+		plain := bigQueue(n, false)
 		h := debug.NewHandler(debug.Options{}, debug.Queue("big", q, nil))
 		_, body := get(t, h, "/")
+		_, plainBody := get(t, debug.NewHandler(debug.Options{}, debug.Queue("plain", plain, nil)), "/")
+		require.Len(t, cells(plainBody, "processing"), 4, "without metrics the walk finds every processing key")
+		require.Equal(t, cells(body, "waiting"), cells(plainBody, "waiting"))
+		plain.ShutDown()
 		require.Less(t, len(body), 64<<10, "a page of 20 keys per section stays small")
 		require.Len(t, cells(body, "ready"), 20)
 		require.Len(t, cells(body, "waiting"), 20)
@@ -207,10 +213,13 @@ func TestPageBounded(t *testing.T) {
 }
 
 // bigQueue holds n keys: 4 processing, half of the rest waiting for an hour
-// and more (the last of them due soonest), half ready.
-func bigQueue(n int) *workqueue.RateLimitingQueue[string] {
-	q := workqueue.NewRateLimitingQueueWithConfig(workqueue.DefaultControllerRateLimiter[string](),
-		workqueue.Config[string]{Name: "big", Metrics: nopProvider{}})
+// and more, half ready.
+func bigQueue(n int, metrics bool) *workqueue.RateLimitingQueue[string] {
+	cfg := workqueue.Config[string]{}
+	if metrics {
+		cfg = workqueue.Config[string]{Name: "big", Metrics: nopProvider{}}
+	}
+	q := workqueue.NewRateLimitingQueueWithConfig(workqueue.DefaultControllerRateLimiter[string](), cfg)
 	for i := range 4 {
 		q.Add("default/run-" + strconv.Itoa(i))
 		q.Get()
@@ -218,22 +227,32 @@ func bigQueue(n int) *workqueue.RateLimitingQueue[string] {
 	for i := range n / 2 {
 		q.Add("default/key-" + strconv.Itoa(i))
 	}
-	for i := n / 2; i < n; i++ {
-		q.AddAfter("default/key-"+strconv.Itoa(i), time.Hour+time.Duration(n-i)*time.Millisecond)
+	// Deadlines in random order, as jittered retries give them: most go to
+	// the delay heap. The last key is due soonest.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := n / 2; i < n-1; i++ {
+		q.AddAfter("default/key-"+strconv.Itoa(i), time.Hour+time.Duration(1+rng.IntN(n))*time.Millisecond)
 	}
+	q.AddAfter("default/key-"+strconv.Itoa(n-1), time.Hour)
 	return q
 }
 
 // BenchmarkPage1M renders the HTML page of a rate-limiting queue holding a
-// million keys: 4 processing, 500k ready, 500k waiting.
+// million keys: 4 processing, 500k ready, 500k waiting. With metrics the
+// snapshot reads the processing set and the delay state; without, it walks
+// the key table to find the processing keys.
 func BenchmarkPage1M(b *testing.B) {
-	q := bigQueue(1_000_000)
-	defer q.ShutDown()
-	h := debug.NewHandler(debug.Options{}, debug.Queue("big", q, nil))
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
-	b.ReportAllocs()
-	for b.Loop() {
-		h.ServeHTTP(discard{}, req)
+	for _, metrics := range []bool{true, false} {
+		b.Run("metrics="+strconv.FormatBool(metrics), func(b *testing.B) {
+			q := bigQueue(1_000_000, metrics)
+			defer q.ShutDown()
+			h := debug.NewHandler(debug.Options{}, debug.Queue("big", q, nil))
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(discard{}, req)
+			}
+		})
 	}
 }
 
