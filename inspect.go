@@ -314,9 +314,11 @@ func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 // heap (deadlines that came early) is read level by level from the root.
 // An entry that comes after every key kept is not looked up, and neither
 // are its children, which come later still; once a whole level comes
-// after, so does everything below it, and the search stops. The k soonest
-// entries of a heap lie in its top levels, so this reads about the first
-// few times k entries, not all of them. Stale entries, left behind when a
+// after, so does everything below it, and the search stops. When
+// deadlines arrive in random order the k soonest lie in the top levels, so
+// this reads a few times k entries, not all of them; at worst (deadlines
+// given in decreasing order, each a new root) it compares every entry once,
+// still without looking their keys up. Stale entries, left behind when a
 // key became ready or moved earlier, are told apart by the key table.
 // q.mu must be held.
 func (q *Queue[T]) soonest(part []KeyInfo[T]) []KeyInfo[T] {
