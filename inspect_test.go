@@ -397,3 +397,96 @@ func TestKeyStateString(t *testing.T) {
 		require.False(t, s.Processing(), "%v is not processing", s)
 	}
 }
+
+// Random operations, then a full snapshot checked against State and Stats:
+// every key once, each with the state State gives, the parts as large as
+// Stats counts them and in their order, and every smaller limit a prefix
+// of each part. Stale delay entries, sweeps and processing records of
+// finished runs all occur on the way.
+func TestInspectAgreesWithStateAndStats(t *testing.T) {
+	for _, qc := range []struct {
+		name string
+		cfg  workqueue.Config[int]
+	}{
+		{"plain", workqueue.Config[int]{}},
+		{"metrics", workqueue.Config[int]{Name: "t", Metrics: &countingMetrics{}}},
+		{"priority", workqueue.Config[int]{Store: workqueue.NewPriorityStore[int]()}},
+	} {
+		t.Run(qc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(5, 6))
+				q := workqueue.NewWithConfig(qc.cfg)
+				var processing []int
+				for step := range 3000 {
+					k := rng.IntN(300)
+					switch op := rng.IntN(10); {
+					case op < 3:
+						q.AddWithPriority(k, rng.IntN(3))
+					case op < 6:
+						q.AddAfter(k, time.Duration(1+rng.IntN(5000))*time.Millisecond)
+					case op < 8 && q.Len() > 0:
+						got, _ := q.Get()
+						processing = append(processing, got)
+					case len(processing) > 0:
+						i := rng.IntN(len(processing))
+						q.Done(processing[i])
+						processing = slices.Delete(processing, i, i+1)
+					}
+					if step%100 == 0 {
+						time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+						synctest.Wait()
+					}
+				}
+				all := q.Inspect(1 << 20)
+				st := q.Stats()
+				count := map[workqueue.KeyState]int{}
+				seen := map[int]bool{}
+				for i, e := range all {
+					require.False(t, seen[e.Key], "key %d listed twice", e.Key)
+					seen[e.Key] = true
+					require.Equal(t, q.State(e.Key), e.State, "key %d", e.Key)
+					count[e.State]++
+					if i == 0 {
+						continue
+					}
+					prev := all[i-1]
+					switch {
+					case e.State.Processing():
+						require.True(t, prev.State.Processing(), "processing keys come first")
+						require.False(t, e.Started.Before(prev.Started), "oldest run first")
+					case e.State == workqueue.KeyWaiting:
+						require.NotEqual(t, workqueue.KeyReady, prev.State, "waiting keys before ready ones")
+						if prev.State == workqueue.KeyWaiting {
+							require.False(t, e.Due.Before(prev.Due), "due soonest first")
+						}
+					}
+				}
+				procs := count[workqueue.KeyProcessing] + count[workqueue.KeyProcessingDirty] + count[workqueue.KeyProcessingWaiting]
+				require.Equal(t, st.Processing, procs)
+				require.Equal(t, st.Waiting, count[workqueue.KeyWaiting]+count[workqueue.KeyProcessingWaiting])
+				require.Equal(t, st.Ready, count[workqueue.KeyReady])
+				if qc.cfg.Metrics != nil { // without metrics processing keys have no order
+					for _, limit := range []int{1, 7, 50, len(all) - 1} {
+						require.Equal(t, brief(all[:limit]), brief(q.Inspect(limit)), "Inspect(%d) is a prefix", limit)
+					}
+				}
+				waiting, ready := all[procs:procs+count[workqueue.KeyWaiting]], all[procs+count[workqueue.KeyWaiting]:]
+				for _, limit := range []int{1, 7, 50} {
+					got := q.InspectLimited(workqueue.InspectLimits{Waiting: limit, Ready: limit})
+					want := append(slices.Clone(waiting[:min(limit, len(waiting))]), ready[:min(limit, len(ready))]...)
+					require.Equal(t, brief(want), brief(got), "InspectLimited(%d) gives a prefix of each part", limit)
+				}
+				for _, k := range []int{-1, 300} {
+					require.False(t, seen[k])
+					require.Equal(t, workqueue.KeyAbsent, q.State(k))
+				}
+				for k := range 300 {
+					if !seen[k] {
+						require.Equal(t, workqueue.KeyAbsent, q.State(k), "key %d is absent from the snapshot, so from the queue", k)
+					}
+				}
+				q.ShutDown()
+			})
+		})
+	}
+}
