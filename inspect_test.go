@@ -490,3 +490,97 @@ func TestInspectAgreesWithStateAndStats(t *testing.T) {
 		})
 	}
 }
+
+// hiddenLimiter is a limiter from elsewhere: MostRequeued cannot ask it to
+// rank, only about each key.
+type hiddenLimiter struct{ l workqueue.RateLimiter[string] }
+
+func (h hiddenLimiter) When(k string) time.Duration { return h.l.When(k) }
+func (h hiddenLimiter) Forget(k string)             { h.l.Forget(k) }
+func (h hiddenLimiter) NumRequeues(k string) int    { return h.l.NumRequeues(k) }
+
+func TestMostRequeued(t *testing.T) {
+	exp := func() workqueue.RateLimiter[string] {
+		return workqueue.NewItemExponentialFailureRateLimiter[string](time.Second, time.Hour)
+	}
+	limiters := map[string]func() workqueue.RateLimiter[string]{
+		"exponential": exp,
+		"default":     workqueue.DefaultControllerRateLimiter[string],
+		"fastslow": func() workqueue.RateLimiter[string] {
+			return workqueue.NewItemFastSlowRateLimiter[string](time.Second, time.Hour, 3)
+		},
+		"maxwait(maxof)": func() workqueue.RateLimiter[string] {
+			return workqueue.NewWithMaxWaitRateLimiter(workqueue.NewMaxOfRateLimiter(exp(),
+				workqueue.NewItemFastSlowRateLimiter[string](time.Second, time.Hour, 3)), time.Hour)
+		},
+		"elsewhere": func() workqueue.RateLimiter[string] { return hiddenLimiter{exp()} },
+	}
+	for name, mk := range limiters {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := workqueue.NewRateLimitingQueue(mk())
+				require.Nil(t, q.MostRequeued(5), "no failures, no keys")
+				// 1200 keys failing once, due within the hour, and
+				// "hot" failing 9 times, given last: beyond the 1000
+				// waiting keys due soonest.
+				for i := range 1200 {
+					q.AddRateLimited("k" + strconv.Itoa(i))
+				}
+				for range 9 {
+					q.AddRateLimited("hot")
+				}
+				for range 4 {
+					q.AddRateLimited("warm")
+				}
+				q.Add("busy")
+				q.Get()
+				q.AddRateLimited("busy")
+				q.AddRateLimited("busy") // processing+waiting, 2 requeues
+				q.RateLimiter().When("gone") // counted, never queued
+				q.RateLimiter().When("gone")
+				q.RateLimiter().When("gone")
+
+				got := q.MostRequeued(3)
+				if name == "elsewhere" {
+					// Only the snapshot's keys are asked about: hot and
+					// warm wait beyond the 1000 soonest, gone is not queued.
+					require.Len(t, got, 3)
+					require.Equal(t, "busy", got[0].Key, "the most requeued key the snapshot holds")
+					require.Equal(t, 2, got[0].Requeues)
+					q.ShutDown()
+					return
+				}
+				require.Equal(t, []string{"hot:waiting", "warm:waiting", "gone:absent"}, brief(got), "most requeues first, exact")
+				require.Equal(t, []int{9, 4, 3}, []int{got[0].Requeues, got[1].Requeues, got[2].Requeues})
+				require.False(t, got[0].Due.IsZero(), "a waiting key has its Due")
+				got = q.MostRequeued(4)
+				require.Equal(t, "busy:processing+waiting", brief(got)[3])
+				require.Len(t, q.MostRequeued(10_000), 1200+4, "every key with requeues, once")
+				q.ShutDown()
+			})
+		})
+	}
+}
+
+// MaxOf ranks by each key's largest count, whichever limiter holds it.
+func TestMostRequeuedMaxOf(t *testing.T) {
+	a := workqueue.NewItemExponentialFailureRateLimiter[string](time.Second, time.Hour)
+	b := workqueue.NewItemFastSlowRateLimiter[string](time.Second, time.Hour, 1)
+	for range 5 {
+		a.When("x")
+	}
+	b.When("x")
+	for range 3 {
+		b.When("y")
+	}
+	for range 2 {
+		a.When("z")
+	}
+	// b first: its count of x (1) is the first the ranking meets, and
+	// must give way to a's (5).
+	q := workqueue.NewRateLimitingQueue(workqueue.NewMaxOfRateLimiter[string](b, a))
+	got := q.MostRequeued(2)
+	require.Equal(t, []string{"x:absent", "y:absent"}, brief(got), "x counts 5 in a, y 3 in b")
+	require.Equal(t, []int{5, 3}, []int{got[0].Requeues, got[1].Requeues})
+	require.Len(t, q.MostRequeued(5), 3)
+}

@@ -12,16 +12,17 @@
 //
 // The handler keeps no state between requests and starts no goroutine;
 // there is no global registry: it shows exactly the queues it is given.
-// Every request takes one snapshot of each queue (Queue.InspectLimited),
-// which walks the queue's key table once under its lock, so a page costs
-// O(keys) per queue and its output is bounded by the per-section limit
-// and the key length limit, however many keys the queue holds. Keys are
-// user data: they are escaped by html/template and encoding/json, never
-// written raw.
+// Every request takes one snapshot of each queue (InspectLimited, and
+// MostRequeued for a rate-limiting queue), whose cost follows the keys
+// shown rather than the keys queued where the queue keeps them in order
+// (see workqueue.Queue.Inspect: a queue without metrics walks its key
+// table to find its processing keys). The output is bounded by the
+// per-section limit and the key length limit, however many keys the queue
+// holds. Keys are user data: they are escaped by html/template and
+// encoding/json, never written raw.
 package debug
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -35,8 +36,9 @@ import (
 )
 
 // Inspectable is what the page reads of a queue of keys of type T.
-// *workqueue.Queue[T] and *workqueue.RateLimitingQueue[T] implement it; the
-// latter fills in each key's requeues, which the page ranks.
+// *workqueue.Queue[T] and *workqueue.RateLimitingQueue[T] implement it; for
+// the latter (anything with a MostRequeued method like it) the page also
+// shows each key's requeues and the keys with the most.
 type Inspectable[T comparable] interface {
 	Stats() workqueue.Stats
 	InspectLimited(workqueue.InspectLimits) []workqueue.KeyInfo[T]
@@ -46,8 +48,14 @@ type Inspectable[T comparable] interface {
 // snapshot. Make one with Queue. The zero Source shows nothing.
 type Source struct {
 	name     string
-	limiter  bool // the queue counts requeues
 	snapshot func(lim workqueue.InspectLimits) (workqueue.Stats, []Key)
+	requeues func(n int) []Key // nil unless the queue counts requeues
+}
+
+// ranker is what a *workqueue.RateLimitingQueue[T] adds: its keys with the
+// most requeues.
+type ranker[T comparable] interface {
+	MostRequeued(n int) []workqueue.KeyInfo[T]
 }
 
 // Queue returns the Source that shows q under name. format turns a key
@@ -57,27 +65,31 @@ func Queue[T comparable](name string, q Inspectable[T], format func(T) string) S
 	if format == nil {
 		format = func(k T) string { return fmt.Sprint(k) }
 	}
-	_, limiter := q.(interface{ NumRequeues(T) int })
-	return Source{
-		name:    name,
-		limiter: limiter,
+	keys := func(infos []workqueue.KeyInfo[T]) []Key {
+		out := make([]Key, len(infos))
+		for i, e := range infos {
+			out[i] = Key{
+				Key:      format(e.Key),
+				State:    e.State.String(),
+				Priority: e.Priority,
+				Requeues: e.Requeues,
+				started:  e.Started,
+				due:      e.Due,
+			}
+		}
+		return out
+	}
+	src := Source{
+		name: name,
 		snapshot: func(lim workqueue.InspectLimits) (workqueue.Stats, []Key) {
 			s := q.Stats()
-			infos := q.InspectLimited(lim)
-			keys := make([]Key, len(infos))
-			for i, e := range infos {
-				keys[i] = Key{
-					Key:      format(e.Key),
-					State:    e.State.String(),
-					Priority: e.Priority,
-					Requeues: e.Requeues,
-					started:  e.Started,
-					due:      e.Due,
-				}
-			}
-			return s, keys
+			return s, keys(q.InspectLimited(lim))
 		},
 	}
+	if r, ok := q.(ranker[T]); ok {
+		src.requeues = func(n int) []Key { return keys(r.MostRequeued(n)) }
+	}
+	return src
 }
 
 // Options configures a Handler. The zero value is usable.
@@ -87,12 +99,6 @@ type Options struct {
 	Keys int
 	// MaxKeys bounds what ?n= may ask for. Zero means 1000.
 	MaxKeys int
-	// RequeueScan is how many waiting keys, due soonest first, the page
-	// reads besides the processing and ready ones to rank the most
-	// requeued keys of a rate-limiting queue. A limiter can count
-	// requeues only of keys it is asked about, so the ranking is among
-	// the keys read. Zero means 1000.
-	RequeueScan int
 	// MaxKeyLen bounds, in characters, the text shown for one key;
 	// longer keys are cut and end with "…". Zero means 256.
 	MaxKeyLen int
@@ -104,9 +110,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = 1000
-	}
-	if o.RequeueScan <= 0 {
-		o.RequeueScan = 1000
 	}
 	if o.MaxKeyLen <= 0 {
 		o.MaxKeyLen = 256
@@ -146,9 +149,9 @@ type QueueView struct {
 	// Ready holds the next ready keys, in the order Get takes them where
 	// the store can say (see workqueue.Queue.Inspect).
 	Ready []Key `json:"ready"`
-	// MostRequeued holds the keys with the most requeues, among the keys
-	// read (Options.RequeueScan), for a rate-limiting queue; keys with none
-	// are left out.
+	// MostRequeued holds the keys with the most requeues, most first, for
+	// a rate-limiting queue (workqueue.RateLimitingQueue.MostRequeued);
+	// keys with none are left out.
 	MostRequeued []Key `json:"mostRequeued"`
 	// RateLimited reports whether the queue counts requeues.
 	RateLimited bool `json:"rateLimited"`
@@ -232,11 +235,11 @@ func (h *Handler) Snapshot(n int) Page {
 }
 
 func (h *Handler) view(src Source, n int, now time.Time) QueueView {
-	lim := workqueue.InspectLimits{Processing: n, Waiting: n, Ready: n}
-	if src.limiter {
-		lim.Waiting = max(n, h.opts.RequeueScan)
+	s, keys := src.snapshot(workqueue.InspectLimits{Processing: n, Waiting: n, Ready: n})
+	var ranked []Key
+	if src.requeues != nil {
+		ranked = src.requeues(n)
 	}
-	s, keys := src.snapshot(lim)
 	v := QueueView{
 		Name: src.name,
 		Stats: Stats{
@@ -244,41 +247,41 @@ func (h *Handler) view(src Source, n int, now time.Time) QueueView {
 			UnfinishedWorkSeconds: s.UnfinishedWork.Seconds(),
 			LongestRunningSeconds: s.LongestRunning.Seconds(),
 		},
-		RateLimited: src.limiter,
+		RateLimited: src.requeues != nil,
 		Processing:  []Key{},
 		Waiting:     []Key{},
 		Ready:       []Key{},
 	}
 	for i := range keys {
-		k := &keys[i]
-		k.Key = cut(k.Key, h.opts.MaxKeyLen)
-		if !k.started.IsZero() {
-			t, age := k.started, now.Sub(k.started).Seconds()
-			k.Started, k.AgeSeconds = &t, &age
-		}
-		if !k.due.IsZero() {
-			t, in := k.due, k.due.Sub(now).Seconds()
-			k.Due, k.DueInSeconds = &t, &in
-		}
+		k := h.finish(keys[i], now)
 		switch k.State {
 		case "processing", "processing+dirty", "processing+waiting":
-			v.Processing = append(v.Processing, *k)
+			v.Processing = append(v.Processing, k)
 		case "waiting":
-			if len(v.Waiting) < n {
-				v.Waiting = append(v.Waiting, *k)
-			}
+			v.Waiting = append(v.Waiting, k)
 		case "ready":
-			v.Ready = append(v.Ready, *k)
+			v.Ready = append(v.Ready, k)
 		}
 	}
-	if src.limiter {
-		ranked := slices.DeleteFunc(keys, func(k Key) bool { return k.Requeues == 0 })
-		slices.SortStableFunc(ranked, func(a, b Key) int { return cmp.Compare(b.Requeues, a.Requeues) })
-		v.MostRequeued = ranked[:min(n, len(ranked))]
-	} else {
-		v.MostRequeued = []Key{}
+	v.MostRequeued = make([]Key, len(ranked))
+	for i := range ranked {
+		v.MostRequeued[i] = h.finish(ranked[i], now)
 	}
 	return v
+}
+
+// finish cuts k's text and fills in its times as seen at now.
+func (h *Handler) finish(k Key, now time.Time) Key {
+	k.Key = cut(k.Key, h.opts.MaxKeyLen)
+	if !k.started.IsZero() {
+		t, age := k.started, now.Sub(k.started).Seconds()
+		k.Started, k.AgeSeconds = &t, &age
+	}
+	if !k.due.IsZero() {
+		t, in := k.due, k.due.Sub(now).Seconds()
+		k.Due, k.DueInSeconds = &t, &in
+	}
+	return k
 }
 
 // cut returns s cut to at most max characters, ending with "…" if it was
