@@ -535,7 +535,7 @@ func TestMostRequeued(t *testing.T) {
 				q.Add("busy")
 				q.Get()
 				q.AddRateLimited("busy")
-				q.AddRateLimited("busy") // processing+waiting, 2 requeues
+				q.AddRateLimited("busy")     // processing+waiting, 2 requeues
 				q.RateLimiter().When("gone") // counted, never queued
 				q.RateLimiter().When("gone")
 				q.RateLimiter().When("gone")

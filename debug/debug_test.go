@@ -207,19 +207,24 @@ func TestPageBounded(t *testing.T) {
 		require.Len(t, cells(body, "ready"), 20)
 		require.Len(t, cells(body, "waiting"), 20)
 		require.Len(t, cells(body, "processing"), 4)
-		require.Equal(t, "default/key-"+strconv.Itoa(n-1), cells(body, "waiting")[0], "the key due soonest first")
+		require.Equal(t, "default/soonest", cells(body, "waiting")[0], "the key due soonest first")
+		require.Len(t, cells(body, "requeues"), 20)
+		require.Contains(t, cells(body, "requeues")[0], "default/key-", "a key failing three times")
 		q.ShutDown()
 	})
 }
 
-// bigQueue holds n keys: 4 processing, half of the rest waiting for an hour
-// and more, half ready.
+// bigQueue holds n keys: 4 processing, half of the rest ready, and the
+// other half waiting: four fifths at random deadlines an hour and more
+// away (most in the delay heap), one fifth failing one to three times
+// (counted by the limiter).
 func bigQueue(n int, metrics bool) *workqueue.RateLimitingQueue[string] {
 	cfg := workqueue.Config[string]{}
 	if metrics {
 		cfg = workqueue.Config[string]{Name: "big", Metrics: nopProvider{}}
 	}
-	q := workqueue.NewRateLimitingQueueWithConfig(workqueue.DefaultControllerRateLimiter[string](), cfg)
+	q := workqueue.NewRateLimitingQueueWithConfig(
+		workqueue.NewItemExponentialFailureRateLimiter[string](time.Hour, 4*time.Hour), cfg)
 	for i := range 4 {
 		q.Add("default/run-" + strconv.Itoa(i))
 		q.Get()
@@ -227,20 +232,25 @@ func bigQueue(n int, metrics bool) *workqueue.RateLimitingQueue[string] {
 	for i := range n / 2 {
 		q.Add("default/key-" + strconv.Itoa(i))
 	}
-	// Deadlines in random order, as jittered retries give them: most go to
-	// the delay heap. The last key is due soonest.
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := n / 2; i < n-1; i++ {
+	for i := n / 2; i < n-n/10; i++ {
 		q.AddAfter("default/key-"+strconv.Itoa(i), time.Hour+time.Duration(1+rng.IntN(n))*time.Millisecond)
 	}
-	q.AddAfter("default/key-"+strconv.Itoa(n-1), time.Hour)
+	for i := n - n/10; i < n; i++ {
+		for range 1 + i%3 {
+			q.AddRateLimited("default/key-" + strconv.Itoa(i))
+		}
+	}
+	q.AddAfter("default/key-0", time.Hour) // ready already: changes nothing
+	q.AddAfter("default/soonest", time.Minute)
 	return q
 }
 
 // BenchmarkPage1M renders the HTML page of a rate-limiting queue holding a
-// million keys: 4 processing, 500k ready, 500k waiting. With metrics the
-// snapshot reads the processing set and the delay state; without, it walks
-// the key table to find the processing keys.
+// million keys (bigQueue): 4 processing, 500k ready, 500k waiting of which
+// 100k failing. With metrics the snapshot reads the processing set and the
+// delay state; without, it walks the key table to find the processing
+// keys. MostRequeued walks the limiter's 100k counts, under its lock.
 func BenchmarkPage1M(b *testing.B) {
 	for _, metrics := range []bool{true, false} {
 		b.Run("metrics="+strconv.FormatBool(metrics), func(b *testing.B) {
