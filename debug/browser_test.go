@@ -86,3 +86,13 @@ func TestBrowserRendersPage(t *testing.T) {
 		"the keys with the most requeues first")
 	require.Equal(t, []string{"default/next"}, cells(dom, "ready"))
 }
+
+// The browser test skips, rather than fails, where no browser is found,
+// and WORKQUEUE_BROWSER picks one explicitly.
+func TestBrowserLookup(t *testing.T) {
+	t.Setenv("WORKQUEUE_BROWSER", "")
+	t.Setenv("PATH", t.TempDir())
+	require.Empty(t, browser(), "no browser on an empty PATH")
+	t.Setenv("WORKQUEUE_BROWSER", "/opt/chrome/headless_shell")
+	require.Equal(t, "/opt/chrome/headless_shell", browser())
+}
