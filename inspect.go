@@ -39,11 +39,10 @@ import (
 // Config.Metrics). Measuring them always would add a clock read to every
 // Get: measured with benchstat over ten interleaved runs, that made the
 // plain Add/Get/Done cycle cost a third to a half more CPU (+32% and +46%
-// in two runs, p < 0.001),
-// too much to charge every queue for a question most never ask, when the
-// queues that want it can turn metrics on. Without metrics,
-// KeyInfo.Started is zero and processing keys come in no particular
-// order.
+// in two runs, p < 0.001), too much to charge every queue for a question
+// most never ask, when the queues that want it can turn metrics on.
+// Without metrics, KeyInfo.Started is zero and processing keys come in no
+// particular order.
 
 // KeyState is the state of one key in a queue: the rows of the state table
 // in README.md. Its zero value is KeyAbsent.
