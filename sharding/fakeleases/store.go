@@ -31,11 +31,11 @@ var leaseResource = coordinationv1.Resource("leases")
 // Store holds Leases for any number of clientsets. The zero Store is not
 // usable; make one with New. It is safe for concurrent use.
 type Store struct {
-	mu     sync.Mutex // protects the fields below
-	rv     int64
-	leases map[types.NamespacedName]*coordinationv1.Lease
-	writes map[string]int64 // by identity, every write request
-	cut    map[string]bool
+	mu      sync.Mutex // protects the fields below
+	rv      int64
+	leases  map[types.NamespacedName]*coordinationv1.Lease
+	writes  map[string]int64 // by identity, every write request
+	cut     map[string]bool
 	onWrite func(identity string, verb string, lease *coordinationv1.Lease, err error)
 }
 
@@ -52,7 +52,9 @@ func New() *Store {
 // behalf of identity (which names it in Writes and CutOff). Other
 // resources are the fake's own, with objs in them.
 func (s *Store) Clientset(identity string, objs ...runtime.Object) *fake.Clientset {
-	cs := fake.NewClientset(objs...)
+	// The simple clientset: the field-managed one that NewClientset makes
+	// costs a REST mapper per write, and Leases never reach its tracker.
+	cs := fake.NewSimpleClientset(objs...) //nolint:staticcheck // see above
 	cs.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		obj, err := s.serve(identity, a)
 		return true, obj, err
