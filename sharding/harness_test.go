@@ -2,6 +2,7 @@ package sharding_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -44,6 +45,24 @@ type tracker struct {
 	done       map[string]int64     // key → newest generation reconciled
 	doneAt     map[string]time.Time // key → when done reached latest
 	runs       int
+	// cancels: replica → the first time one of its runs saw its context
+	// cancelled with ErrLeaseLost.
+	lostAt map[string]time.Time
+}
+
+func (t *tracker) cancelled(id string, cause error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.lostAt[id]; !ok && errors.Is(cause, sharding.ErrLeaseLost) {
+		t.lostAt[id] = time.Now()
+	}
+}
+
+func (t *tracker) lostTime(id string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.lostAt[id]
+	return at, ok
 }
 
 func newTracker() *tracker {
@@ -52,6 +71,7 @@ func newTracker() *tracker {
 		latest:  make(map[string]int64),
 		done:    make(map[string]int64),
 		doneAt:  make(map[string]time.Time),
+		lostAt:  make(map[string]time.Time),
 	}
 }
 
@@ -132,6 +152,8 @@ type ring struct {
 	names   []string
 	timing  sharding.Config // only the timing fields are used
 	retDly  time.Duration   // how long a handler takes to return once cancelled
+	block   bool            // handlers work until cancelled
+	workers int             // per replica; 0 means the constant workers
 	mu      sync.Mutex
 	members map[string]*member
 	seq     int
@@ -233,9 +255,14 @@ func (rg *ring) start(kill bool) string {
 			return nil
 		}
 		gen := obj.(*appsv1.Deployment).Generation
+		work := time.After(workTime)
+		if rg.block {
+			work = nil
+		}
 		select {
-		case <-time.After(workTime):
+		case <-work:
 		case <-ctx.Done():
+			rg.tr.cancelled(id, context.Cause(ctx))
 			if rg.retDly > 0 {
 				time.Sleep(rg.retDly)
 			}
@@ -247,7 +274,11 @@ func (rg *ring) start(kill bool) string {
 	var wg sync.WaitGroup
 	wg.Go(func() { inf.Run(ctx.Done()) })
 	wg.Go(func() { m.leaveEr = r.Run(ctx) })
-	wg.Go(func() { _ = workqueue.Run(ctx, q, workers, r.Handler(handle)) })
+	nw := workers
+	if rg.workers > 0 {
+		nw = rg.workers
+	}
+	wg.Go(func() { _ = workqueue.Run(ctx, q, nw, r.Handler(handle)) })
 	go func() {
 		wg.Wait()
 		close(m.done)
@@ -364,11 +395,13 @@ func (rg *ring) update(n int) {
 		name := rg.names[rg.rng.IntN(len(rg.names))]
 		d, err := rg.objs.AppsV1().Deployments(objectsNS).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			rg.t.Fatalf("get %s: %v", name, err)
+			rg.t.Errorf("get %s: %v", name, err) // not Fatal: churn runs on its own goroutine
+			return
 		}
 		d.Generation++
 		if _, err := rg.objs.AppsV1().Deployments(objectsNS).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
-			rg.t.Fatalf("update %s: %v", name, err)
+			rg.t.Errorf("update %s: %v", name, err)
+			return
 		}
 		rg.tr.wrote(objectsNS+"/"+name, d.Generation)
 	}
@@ -424,6 +457,39 @@ func (rg *ring) checkExclusive() {
 	if v := rg.tr.violationList(); len(v) > 0 {
 		rg.t.Errorf("invariant 1: %d violations, first: %v", len(v), v[:min(5, len(v))])
 	}
+}
+
+// waitCovered waits until every shard has exactly one holder among the
+// running replicas and returns how long that took, or fails after limit.
+func (rg *ring) waitCovered(limit time.Duration) time.Duration {
+	start := time.Now()
+	for {
+		ok := true
+		for _, ids := range rg.holders() {
+			if len(ids) != 1 {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			rg.t.Fatalf("shards not all held after %v: %v", limit, rg.holders())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// moved counts the shards whose holder differs between two owner maps.
+func moved(before, after []string) int {
+	n := 0
+	for i := range before {
+		if before[i] != after[i] {
+			n++
+		}
+	}
+	return n
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
