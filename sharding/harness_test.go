@@ -298,7 +298,9 @@ func (rg *ring) stop(id string) {
 	rg.mu.Unlock()
 	m.cancel()
 	<-m.done
-	if m.leaveEr != nil {
+	// A handler that takes longer than GracePeriod + RenewDeadline to
+	// return makes a graceful leave give up, as documented.
+	if m.leaveEr != nil && rg.retDly < gracePeriod+renewDeadline {
 		rg.t.Errorf("%s: Run: %v", id, m.leaveEr)
 	}
 }
@@ -478,6 +480,28 @@ func (rg *ring) waitCovered(limit time.Duration) time.Duration {
 			rg.t.Fatalf("shards not all held after %v: %v", limit, rg.holders())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitTaken waits until every shard has exactly one holder other than
+// victim and returns how long that took, or fails after limit.
+func (rg *ring) waitTaken(victim string, limit time.Duration) time.Duration {
+	start := time.Now()
+	for {
+		ok := true
+		for _, ids := range rg.holders() {
+			if len(ids) != 1 || ids[0] == victim {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			rg.t.Fatalf("shards not all taken from %s after %v: %v", victim, limit, rg.holders())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -1,0 +1,66 @@
+package sharding_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestExclusionBoundary tests the timing assumption of invariant 1 at its
+// boundary. Every key's handler runs until cancelled; one replica is cut
+// off. It must cancel its runs within RenewDeadline of its last renewal,
+// the other may take its shards only after LeaseDuration, and a handler
+// that returns within the margin between the two keeps the ring exclusive.
+// A handler that ignores its cancellation for longer than the margin does
+// overlap with the new holder, and the tracker must see it: that is the
+// assumption being necessary, and the tracker being able to fail.
+func TestExclusionBoundary(t *testing.T) {
+	margin := leaseDuration - renewDeadline - retryPeriod // the victim renewed at most RetryPeriod before the cut
+	for _, tc := range []struct {
+		name      string
+		returnIn  time.Duration
+		violation bool
+	}{
+		{"returns within the margin", margin - time.Second, false},
+		{"ignores cancellation past LeaseDuration", leaseDuration + retryPeriod, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rg := newRing(t, 16, 8)
+				rg.block = true
+				rg.workers = 8
+				rg.retDly = tc.returnIn
+				defer rg.stopAll()
+				rg.start(false)
+				rg.start(false)
+				rg.waitBalanced(leaseDuration)
+				time.Sleep(time.Second)
+				victim := rg.ids()[0]
+				cut := time.Now()
+				rg.leases.CutOff(victim, true)
+				take := rg.waitTaken(victim, leaseDuration+3*retryPeriod)
+				if take < leaseDuration-retryPeriod {
+					t.Errorf("shards taken over %v after the cut, before LeaseDuration − RetryPeriod", take)
+				}
+				lost, ok := rg.tr.lostTime(victim)
+				switch {
+				case !ok:
+					t.Errorf("the cut-off replica's runs were never cancelled with ErrLeaseLost")
+				case lost.Sub(cut) > renewDeadline:
+					t.Errorf("the cut-off replica cancelled its runs %v after the cut, RenewDeadline is %v", lost.Sub(cut), renewDeadline)
+				}
+				time.Sleep(tc.returnIn + retryPeriod)
+				v := rg.tr.violationList()
+				if tc.violation && len(v) == 0 {
+					t.Errorf("a handler that returns %v after cancellation overlapped with nobody: the tracker missed it", tc.returnIn)
+				}
+				if !tc.violation && len(v) > 0 {
+					t.Errorf("invariant 1: %v", v)
+				}
+				rg.leases.CutOff(victim, false)
+				t.Logf("FIGURES boundary: runs cancelled %v after the cut (RenewDeadline %v), shards taken over %v after it (LeaseDuration %v); %d overlaps",
+					lost.Sub(cut), renewDeadline, take, leaseDuration, len(v))
+			})
+		})
+	}
+}
