@@ -106,7 +106,7 @@ func (r *Replica) list(ctx context.Context) (*view, error) {
 
 // memberLease is our membership Lease with the given session, renewed now.
 func (r *Replica) memberLease(session string, now time.Time) *coordinationv1.Lease {
-	secs := int32(r.cfg.LeaseDuration / time.Second)
+	secs := r.leaseSeconds()
 	t := metav1.NewMicroTime(now)
 	id := r.cfg.Identity
 	return &coordinationv1.Lease{
@@ -128,7 +128,7 @@ func (r *Replica) memberLease(session string, now time.Time) *coordinationv1.Lea
 // a released shard).
 func (r *Replica) shardLease(i int, holder, session string, transitions int32, now time.Time) *coordinationv1.Lease {
 	t := metav1.NewMicroTime(now)
-	secs := int32(r.cfg.LeaseDuration / time.Second)
+	secs := r.leaseSeconds()
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      shardLeaseName(r.cfg.Name, i),
@@ -148,6 +148,13 @@ func (r *Replica) shardLease(i int, holder, session string, transitions int32, n
 			LeaseTransitions:     &transitions,
 		},
 	}
+}
+
+// leaseSeconds is LeaseDuration in whole seconds, rounded up: the API
+// server wants leaseDurationSeconds > 0. No replica reads it back; it is
+// for people and tools looking at the Leases.
+func (r *Replica) leaseSeconds() int32 {
+	return int32((r.cfg.LeaseDuration + time.Second - 1) / time.Second)
 }
 
 // deleteMember deletes the membership Lease with the given identity if its

@@ -2,6 +2,7 @@ package sharding_test
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,6 +21,7 @@ func TestStartTogether(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rg := newRing(t, sz.shards, objects)
 				defer rg.stopAll()
+				heap0 := heapInUse()
 				for range sz.replicas {
 					rg.start(false)
 				}
@@ -29,8 +31,9 @@ func TestStartTogether(t *testing.T) {
 				rg.update(200)
 				took2 := rg.quiet()
 				rg.checkExclusive()
-				t.Logf("balanced after %v; all reconciled %v after start; quiet ring: %.2f Lease writes/s; 200 updates reconciled in %v; %d runs",
-					settle, took, wps, took2, rg.tr.runs)
+				perReplica := (heapInUse() - heap0) / uint64(sz.replicas)
+				t.Logf("FIGURES start: balanced after %v; quiet ring: %.2f Lease writes/s (%d replicas / RetryPeriod %v = %.2f); 200 updates reconciled in %v (last after quiet start %v); %d runs; heap per replica %d KiB (informer of %d objects, queue, sharding state)",
+					settle, wps, sz.replicas, retryPeriod, float64(sz.replicas)/retryPeriod.Seconds(), took2, took, rg.tr.runs, perReplica>>10, objects)
 			})
 		})
 	}
@@ -224,4 +227,12 @@ func TestFlapping(t *testing.T) {
 		rg.checkExclusive()
 		t.Logf("FIGURES flapping: %d replicas at the end; quiet: all reconciled after %v; %d runs", len(rg.ids()), took, rg.tr.runs)
 	})
+}
+
+// heapInUse returns the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
