@@ -64,3 +64,55 @@ func TestExclusionBoundary(t *testing.T) {
 		})
 	}
 }
+
+// TestHandoverWaitsForRuns checks ownership case 1: a replica that gives
+// shards up to a newcomer releases each only once its runs have returned.
+// Every key's handler runs until cancelled (at the end of GracePeriod) and
+// then takes another second to return; the newcomer must not start any of
+// them before.
+func TestHandoverWaitsForRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rg := newRing(t, 16, 16)
+		rg.block = true
+		rg.workers = 16
+		rg.retDly = time.Second
+		defer rg.stopAll()
+		first := rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		time.Sleep(time.Second)
+		start := time.Now()
+		rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		took := time.Since(start)
+		if took < gracePeriod {
+			t.Errorf("the newcomer got its shards %v after joining, before the grace period (%v) of the runs it had to wait for", took, gracePeriod)
+		}
+		rg.checkExclusive()
+		_ = first
+		t.Logf("FIGURES handover: shards handed over %v after the join (GracePeriod %v + return 1s)", took, gracePeriod)
+	})
+}
+
+// TestNewSessionWaitsForRuns checks ownership case 2: a replica cut off
+// past RenewDeadline and healed before anyone fenced it starts a new
+// session (which frees its shard Leases for everyone) only once the runs
+// of the old session have returned, here 4s after their cancellation.
+func TestNewSessionWaitsForRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rg := newRing(t, 16, 16)
+		rg.block = true
+		rg.workers = 16
+		rg.retDly = 4 * time.Second
+		defer rg.stopAll()
+		rg.start(false)
+		rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		victim := rg.ids()[0]
+		rg.leases.CutOff(victim, true)
+		time.Sleep(renewDeadline + retryPeriod)
+		rg.leases.CutOff(victim, false)
+		rg.waitBalanced(leaseDuration + 4*retryPeriod)
+		time.Sleep(leaseDuration)
+		rg.checkExclusive()
+	})
+}

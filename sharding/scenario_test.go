@@ -195,8 +195,6 @@ func TestFlapping(t *testing.T) {
 			rg.start(i%2 == 1)
 		}
 		rg.waitBalanced(leaseDuration)
-		churnEnd := time.Now().Add(90 * time.Second)
-		go rg.churn(90 * time.Second)
 		var cut []string
 		for step := 0; step < 12; step++ {
 			ids := rg.ids()
@@ -215,15 +213,16 @@ func TestFlapping(t *testing.T) {
 				}
 				cut = nil
 			}
-			// Pauses around RenewDeadline and LeaseDuration, so that
-			// some cut-offs heal before the lease expires, some after.
-			time.Sleep([]time.Duration{time.Second, renewDeadline - time.Second, renewDeadline + time.Second, leaseDuration + retryPeriod}[rg.rng.IntN(4)])
+			// Objects change during pauses around RenewDeadline and
+			// LeaseDuration, so that some cut-offs heal before the
+			// lease expires, some after.
+			rg.churn([]time.Duration{time.Second, renewDeadline - time.Second, renewDeadline + time.Second, leaseDuration + retryPeriod}[rg.rng.IntN(4)])
 		}
+		rg.update(5)
 		for _, id := range cut {
 			rg.leases.CutOff(id, false)
 		}
-		time.Sleep(max(0, time.Until(churnEnd)) + time.Second) // the churn ends
-		took := rg.quiet()
+		took := rg.quiet() // from the last heal
 		rg.checkExclusive()
 		t.Logf("FIGURES flapping: %d replicas at the end; quiet: all reconciled after %v; %d runs", len(rg.ids()), took, rg.tr.runs)
 	})
