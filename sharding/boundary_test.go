@@ -95,23 +95,30 @@ func TestHandoverWaitsForRuns(t *testing.T) {
 
 // TestNewSessionWaitsForRuns checks ownership case 2: a replica cut off
 // past RenewDeadline and healed before anyone fenced it starts a new
-// session (which frees its shard Leases for everyone) only once the runs
-// of the old session have returned, here 4s after their cancellation.
+// session (which frees its shard Leases for everyone at once) only once
+// the runs of the old session have returned, here 2s after their
+// cancellation. A third replica joins once the victim has lapsed, so that
+// someone other than the victim is short of shards when the victim's old
+// shard Leases become free, and a short RetryPeriod makes it act within
+// 200ms of the new session, well inside those 2s.
 func TestNewSessionWaitsForRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rg := newRing(t, 16, 16)
+		rg := newRing(t, 16, 64)
 		rg.block = true
-		rg.workers = 16
-		rg.retDly = 4 * time.Second
+		rg.workers = 64
+		rg.retDly = 2 * time.Second
+		rg.timing.RetryPeriod = 200 * time.Millisecond
 		defer rg.stopAll()
 		rg.start(false)
 		rg.start(false)
 		rg.waitBalanced(leaseDuration)
 		victim := rg.ids()[0]
 		rg.leases.CutOff(victim, true)
-		time.Sleep(renewDeadline + retryPeriod)
+		time.Sleep(renewDeadline + 200*time.Millisecond)
+		rg.start(false)
+		time.Sleep(300 * time.Millisecond)
 		rg.leases.CutOff(victim, false)
-		rg.waitBalanced(leaseDuration + 4*retryPeriod)
+		rg.waitBalanced(leaseDuration)
 		time.Sleep(leaseDuration)
 		rg.checkExclusive()
 	})
