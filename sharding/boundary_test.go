@@ -123,3 +123,37 @@ func TestNewSessionWaitsForRuns(t *testing.T) {
 		rg.checkExclusive()
 	})
 }
+
+// TestGiveUpRemovesKeys checks that a replica giving shards up removes
+// their queued keys (Remove) rather than leaving them to be skipped: one
+// worker is stuck, so every other key of the first replica waits in its
+// queue when a second replica joins and takes half the shards.
+func TestGiveUpRemovesKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rg := newRing(t, 16, 64)
+		rg.block = true
+		rg.workers = 1
+		rg.retDly = 0
+		defer rg.stopAll()
+		first := rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		time.Sleep(time.Second)
+		rg.mu.Lock()
+		m := rg.members[first]
+		rg.mu.Unlock()
+		before := m.q.Len()
+		rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		owned := 0
+		for _, name := range rg.names {
+			if m.r.Owns(objectsNS + "/" + name) {
+				owned++
+			}
+		}
+		after := m.q.Len()
+		if before < 60 || after > owned || owned > 48 {
+			t.Errorf("first replica's queue: %d keys before the join, %d after, for the %d objects of the shards it kept", before, after, owned)
+		}
+		t.Logf("queue of the first replica: %d keys before the join, %d after; it owns %d objects", before, after, owned)
+	})
+}

@@ -167,6 +167,7 @@ type ring struct {
 type member struct {
 	id      string
 	r       *sharding.Replica
+	q       *workqueue.RateLimitingQueue[string]
 	cancel  context.CancelFunc
 	done    chan struct{}
 	killed  bool // SkipRelease
@@ -246,7 +247,7 @@ func (rg *ring) start(kill bool) string {
 	if err != nil {
 		rg.t.Fatalf("sharding.New: %v", err)
 	}
-	m := &member{id: id, r: r, cancel: cancel, done: make(chan struct{}), killed: kill}
+	m := &member{id: id, r: r, q: q, cancel: cancel, done: make(chan struct{}), killed: kill}
 	handle := func(ctx context.Context, key string) error {
 		rg.tr.enter(id, key)
 		defer rg.tr.exit(id, key)
@@ -411,11 +412,14 @@ func (rg *ring) update(n int) {
 
 // churn updates a few objects every 100ms for d, so handlers run while
 // shards move.
-func (rg *ring) churn(d time.Duration) {
+func (rg *ring) churn(d time.Duration) { rg.churnEvery(d, 100*time.Millisecond) }
+
+// churnEvery updates three objects every period for d.
+func (rg *ring) churnEvery(d, period time.Duration) {
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		rg.update(3)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(period)
 	}
 }
 

@@ -388,14 +388,12 @@ func (r *Replica) sync() {
 		}
 		if in[s] > 0 {
 			r.cfg.Queue.Add(key)
-		} else if r.rm != nil {
-			r.rm.Remove(key)
+		} else {
+			r.cfg.Queue.Remove(key)
 		}
 	}
-	if r.rm != nil {
-		for _, k := range gone {
-			r.rm.Remove(k)
-		}
+	for _, k := range gone {
+		r.cfg.Queue.Remove(k)
 	}
 	if r.cfg.OnChange != nil {
 		r.cfg.OnChange(slices.Clone(now))

@@ -158,7 +158,6 @@ type Replica struct {
 	cfg    Config
 	field  string
 	shards int
-	rm     remover // the queue's Remove, or nil if the core has none
 	wake   chan struct{}
 
 	mu sync.Mutex // protects the fields below
@@ -187,9 +186,6 @@ type Replica struct {
 	aliveFor int                 // ticks since the session began
 	leaveBy  time.Time           // give up leaving here
 }
-
-// remover is the queue's Remove, which the core gains in a later version.
-type remover interface{ Remove(item string) bool }
 
 // The states of one shard, as this replica sees it.
 const (
@@ -281,7 +277,6 @@ func New(cfg Config) (*Replica, error) {
 		seen:    make(map[string]observed),
 		shardRV: make([]string, cfg.Shards),
 	}
-	r.rm, _ = any(cfg.Queue).(remover)
 	return r, nil
 }
 

@@ -216,7 +216,7 @@ func TestFlapping(t *testing.T) {
 			// Objects change during pauses around RenewDeadline and
 			// LeaseDuration, so that some cut-offs heal before the
 			// lease expires, some after.
-			rg.churn([]time.Duration{time.Second, renewDeadline - time.Second, renewDeadline + time.Second, leaseDuration + retryPeriod}[rg.rng.IntN(4)])
+			rg.churnEvery([]time.Duration{time.Second, renewDeadline - time.Second, renewDeadline + time.Second, leaseDuration + retryPeriod}[rg.rng.IntN(4)], 300*time.Millisecond)
 		}
 		rg.update(5)
 		for _, id := range cut {

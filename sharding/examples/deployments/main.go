@@ -216,6 +216,13 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 	}
 	res.Converged = true
 	fmt.Fprintf(w, "all %d Deployments converged at generation 2\n", deployments)
+	// Stop the replicas before reading the counters: a worker counts its
+	// sync just after the write that made the list converge.
+	for name, rp := range replicas {
+		rp.cancel()
+		rp.wg.Wait()
+		delete(replicas, name)
+	}
 	mu.Lock()
 	res.Overlaps, res.Syncs = overlaps, syncs
 	mu.Unlock()
