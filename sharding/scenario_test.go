@@ -235,3 +235,26 @@ func heapInUse() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
 }
+
+// TestNoGoroutinePerShard checks the other half of invariant 4: a ring of
+// 3 replicas runs as many goroutines with 1,024 shards as with 16.
+func TestNoGoroutinePerShard(t *testing.T) {
+	count := func(shards int) (n int) {
+		synctest.Test(t, func(t *testing.T) {
+			rg := newRing(t, shards, 100)
+			defer rg.stopAll()
+			for range 3 {
+				rg.start(false)
+			}
+			rg.waitBalanced(leaseDuration)
+			time.Sleep(retryPeriod / 2) // between ticks
+			n = runtime.NumGoroutine()
+		})
+		return n
+	}
+	few, many := count(16), count(1024)
+	if few != many {
+		t.Errorf("%d goroutines with 16 shards, %d with 1024", few, many)
+	}
+	t.Logf("FIGURES goroutines: %d with 16 shards, %d with 1024 (3 replicas, all goroutines of the process)", few, many)
+}
