@@ -3,7 +3,7 @@ module github.com/go-coalesce/workqueue/interop
 go 1.26.0
 
 require (
-	github.com/go-coalesce/workqueue v0.0.0
+	github.com/go-coalesce/workqueue v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	golang.org/x/time v0.16.0
