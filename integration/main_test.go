@@ -28,8 +28,9 @@ var serverLogs = flag.Bool("serverlogs", false, "stream kube-apiserver and etcd 
 
 // server is the one etcd and kube-apiserver pair of this test binary,
 // started by TestMain before any test and stopped after the last one.
-// Starting it takes about two seconds and a few hundred MB, so tests share
-// it; each test works in a namespace or on objects of its own.
+// Starting it takes seconds (2 s idle, 7.5 s measured on a loaded machine)
+// and close to 1 GB under -race, so tests share it; each test works in a
+// namespace or on objects of its own.
 var server *testServer
 
 // TestMain starts etcd and the API server once, runs the tests, stops both
@@ -56,6 +57,9 @@ type withServer struct {
 	before goleak.Option // the goroutines that may outlive the tests
 }
 
+// Run starts the servers, runs the tests, stops the servers and waits for
+// their last timers; it returns the tests' exit code, or 1 if the servers
+// could not start or stop cleanly.
 func (w withServer) Run() int {
 	flag.Parse()
 	if !*serverLogs {
