@@ -8,7 +8,7 @@ module github.com/go-coalesce/workqueue/integration
 go 1.26.0
 
 require (
-	github.com/go-coalesce/workqueue v0.0.0
+	github.com/go-coalesce/workqueue v0.1.0
 	github.com/go-coalesce/workqueue/sharding v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/server/v3 v3.7.0
