@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-coalesce/workqueue"
+	clientworkqueue "k8s.io/client-go/util/workqueue"
+)
+
+// The contention workloads use keys that are never re-added while queued, as
+// a controller's keys mostly are: every Add is a new key. They run on int
+// keys and on string keys, because the cost of hashing and of the table entry
+// differs between the two.
+
+// typedQueue is what the contention workloads drive: both libraries' queues
+// and the plain floor, for any key type.
+type typedQueue[T comparable] interface {
+	Add(T)
+	Get() (T, bool)
+	Done(T)
+	ShutDown()
+}
+
+// keySource turns a sequence number into a key. Strings come from a table
+// made before the timer starts, so that the workload allocates nothing of its
+// own; a sequence number is reused only after keyRing others, far more than
+// are ever in flight at once.
+type keySource[T comparable] func(i uint64) T
+
+const keyRing = 1 << 16
+
+func intKeys() keySource[int] { return func(i uint64) int { return int(i) } }
+
+var ringKeys = sync.OnceValue(func() []string { return Keys(keyRing) })
+
+func stringKeys() keySource[string] {
+	keys := ringKeys()
+	return func(i uint64) string { return keys[i&(keyRing-1)] }
+}
+
+// distinct is contention with distinct keys: mult*GOMAXPROCS goroutines each
+// add a key nobody else adds, take whatever key Get hands out, and finish it.
+// Every goroutine adds before it gets, so a Get always finds a key: only the
+// lock is contended, never the wait for a key.
+func distinct[T comparable](b *testing.B, q typedQueue[T], key keySource[T], mult int) {
+	defer q.ShutDown()
+	var next atomic.Uint64
+	b.SetParallelism(mult)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			q.Add(key(next.Add(1)))
+			k, _ := q.Get()
+			q.Done(k)
+		}
+	})
+}
+
+// poolBatch is how many keys the worker pool drains per batch.
+const poolBatch = 10000
+
+// workerPool is a controller's worker pool: producers goroutines add
+// distinct keys, workers goroutines take them with Get and Done them at
+// once, with no work in between. Keys go through in batches of poolBatch,
+// each added by the producers in parallel and drained before the next; ns/op
+// is per key.
+func workerPool[T comparable](b *testing.B, q typedQueue[T], key keySource[T], producers, workers int) {
+	var done sync.WaitGroup // keys of the batch not yet Done
+	var exited sync.WaitGroup
+	for range workers {
+		exited.Go(func() {
+			for {
+				k, shutdown := q.Get()
+				if shutdown {
+					return
+				}
+				q.Done(k)
+				done.Done()
+			}
+		})
+	}
+	var seq uint64
+	perKeyN(b, poolBatch, func(n int) {
+		done.Add(n)
+		var added sync.WaitGroup
+		for p := range producers {
+			lo, hi := seq+uint64(p*n/producers), seq+uint64((p+1)*n/producers)
+			added.Go(func() {
+				for i := lo; i < hi; i++ {
+					q.Add(key(i))
+				}
+			})
+		}
+		seq += uint64(n)
+		added.Wait()
+		done.Wait()
+	})
+	q.ShutDown()
+	exited.Wait()
+}
+
+// perKeyN runs batch(n) over batches of at most size keys until b.N keys have
+// been through, so that ns/op and allocs/op are per key.
+func perKeyN(b *testing.B, size int, batch func(n int)) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(size, b.N-done)
+		batch(n)
+		done += n
+	}
+}
+
+// floorCond is the plain floor of the contention workloads: one
+// sync.Mutex, a map entry per key, a FIFO of ready keys and a sync.Cond for
+// getters to wait on, as the simplest correct queue of distinct keys would
+// be written. Add signals whether or not anyone waits, Get waits in a loop.
+type floorCond[T comparable] struct {
+	mu       sync.Mutex
+	cond     sync.Cond
+	keys     map[T]bool // true while processing
+	fifo     fifo[T]
+	shutDown bool
+}
+
+func newFloorCond[T comparable]() *floorCond[T] {
+	f := &floorCond[T]{keys: map[T]bool{}}
+	f.cond.L = &f.mu
+	return f
+}
+
+func (f *floorCond[T]) Add(k T) {
+	f.mu.Lock()
+	f.keys[k] = false
+	f.fifo.push(k)
+	f.cond.Signal()
+	f.mu.Unlock()
+}
+
+func (f *floorCond[T]) Get() (T, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.fifo.len() == 0 {
+		if f.shutDown {
+			var zero T
+			return zero, true
+		}
+		f.cond.Wait()
+	}
+	k := f.fifo.pop()
+	f.keys[k] = true
+	return k, false
+}
+
+func (f *floorCond[T]) Done(k T) {
+	f.mu.Lock()
+	delete(f.keys, k)
+	f.mu.Unlock()
+}
+
+func (f *floorCond[T]) ShutDown() {
+	f.mu.Lock()
+	f.shutDown = true
+	f.cond.Broadcast()
+	f.mu.Unlock()
+}
+
+// contentionWorkloads returns the distinct-key and worker-pool rows for key
+// type T, named with suffix.
+func contentionWorkloads[T comparable](suffix string, key func() keySource[T]) []Workload {
+	ours := func() typedQueue[T] { return workqueue.New[T]() }
+	theirs := func() typedQueue[T] { return clientworkqueue.NewTyped[T]() }
+	floorQ := func() typedQueue[T] { return newFloorCond[T]() }
+	dist := func(mult int, goal float64) Workload {
+		return Workload{
+			Name: "distinct-x" + strconv.Itoa(mult) + "-" + suffix,
+			Doc: "Add of a new " + suffix + " key, Get, Done, from " + strconv.Itoa(mult) +
+				"xGOMAXPROCS goroutines",
+			Theirs: clientGo, Goal: goal, Bimodal: mult > 1,
+			RunOurs:   func(b *testing.B) { distinct(b, ours(), key(), mult) },
+			RunTheirs: func(b *testing.B) { distinct(b, theirs(), key(), mult) },
+			Floors: []Floor{{Name: "plain", Goal: 1.1, Run: func(b *testing.B) {
+				distinct(b, floorQ(), key(), mult)
+			}}},
+		}
+	}
+	pool := Workload{
+		Name:   "pool-2x32-" + suffix,
+		Doc:    "2 producers add distinct " + suffix + " keys, 32 workers Get and Done them, in batches of 10,000; per key",
+		Theirs: clientGo, Goal: 1.0,
+		RunOurs:   func(b *testing.B) { workerPool(b, ours(), key(), 2, 32) },
+		RunTheirs: func(b *testing.B) { workerPool(b, theirs(), key(), 2, 32) },
+		Floors: []Floor{{Name: "plain", Goal: 1.1, Run: func(b *testing.B) {
+			workerPool(b, floorQ(), key(), 2, 32)
+		}}},
+	}
+	return []Workload{dist(1, 0.6), dist(8, 1.0), pool}
+}
