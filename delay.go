@@ -60,7 +60,7 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 		}
 		q.arm(now)
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if q.metrics != nil {
 		q.metrics.Retried()
 		if added {
@@ -137,7 +137,7 @@ func (q *Queue[T]) fire() {
 		}
 	}
 	q.arm(now)
-	q.mu.Unlock()
+	q.unlock()
 	if q.metrics != nil {
 		for range added {
 			q.metrics.Added()

@@ -82,6 +82,7 @@ type Queue[T comparable] struct {
 	waiting    int // keys with fWaiting
 	processing int // keys with fProcessing
 	getters    int // goroutines waiting in Get or GetContext
+	owed       int // Signals to send at unlock: keys made ready for getters
 	drainers   int // goroutines waiting in ShutDownWithDrain*
 
 	shuttingDown bool
@@ -128,7 +129,7 @@ func (q *Queue[T]) Add(item T) {
 			q.dirty++
 			q.fifo.Push(item)
 			q.wake()
-			q.mu.Unlock()
+			q.unlock()
 			return
 		}
 		if st.flags == fDirty {
@@ -136,7 +137,7 @@ func (q *Queue[T]) Add(item T) {
 			return
 		}
 		q.markDirtyState(item, st, ok, 0, false)
-		q.mu.Unlock()
+		q.unlock()
 		return
 	}
 	q.addLocked(item, 0)
@@ -168,7 +169,7 @@ func (q *Queue[T]) addLocked(item T, prio int32) {
 		return
 	}
 	added := q.markDirty(item, prio)
-	q.mu.Unlock()
+	q.unlock()
 	if added && q.metrics != nil {
 		q.metrics.Added()
 	}
@@ -238,12 +239,34 @@ func (q *Queue[T]) push(item T, prio int32) {
 	q.wake()
 }
 
-// wake tells one waiting getter that a key is ready. Drainers wait on the
-// same cond, but they never steal this Signal from a getter: getters stop
-// waiting once the queue shuts down, and drainers only wait after it has.
-// q.mu must be held.
+// wake owes one waiting getter a wake-up for a key just made ready, unless
+// every waiting getter is owed one already. q.mu must be held, and released
+// with unlock, which pays what is owed.
+//
+// The Signal is sent after the lock is released, not under it: a getter
+// woken while the lock is still held runs (on another core) only to find the
+// lock taken, and parks again on the mutex, which both costs it a second
+// sleep and wakeup and, when goroutines outnumber cores, adds a waiter to
+// the mutex's queue (see the contention notes in README.md). Sending it after
+// the Unlock loses no wake-up: a getter counted in getters registered with
+// cond before it released the lock, so the Signal finds it (or a getter that
+// came later; either rechecks for a key).
+//
+// Drainers wait on the same cond, but they never steal this Signal from a
+// getter: getters stop waiting once the queue shuts down, and drainers only
+// wait after it has.
 func (q *Queue[T]) wake() {
-	if q.getters > 0 {
+	if q.getters > q.owed {
+		q.owed++
+	}
+}
+
+// unlock releases q.mu and then sends the Signals that wake owed.
+func (q *Queue[T]) unlock() {
+	n := q.owed
+	q.owed = 0
+	q.mu.Unlock()
+	for range n {
 		q.cond.Signal()
 	}
 }
@@ -477,7 +500,7 @@ func (q *Queue[T]) Done(item T) {
 	if q.drainers > 0 && q.processing == 0 {
 		q.cond.Broadcast()
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if q.metrics != nil {
 		q.metrics.Worked(worked)
 	}
