@@ -28,6 +28,7 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 	if d <= 0 {
 		added = q.markDirty(item, prio)
 	} else {
+		q.toFull()
 		now := q.now()
 		when := now + int64(d)
 		if when < now {
