@@ -7,7 +7,8 @@ import "time"
 // the earliest time anyone asked for, so AddAfter of a key that is already
 // due now (ready, or processing and dirty) changes nothing, and AddAfter of
 // a waiting key keeps the earlier deadline. A key that is processing when
-// its deadline passes is handed out again after Done. d <= 0 is Add.
+// its deadline passes is handed out again after Done. d <= 0 makes the run
+// due now: it is Add, except that Config.Debounce does not delay it.
 // After ShutDown, AddAfter does nothing.
 func (q *Queue[T]) AddAfter(item T, d time.Duration) { q.addAfter(item, d, 0) }
 
@@ -42,6 +43,7 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 			q.raise(item, st, prio)
 		case ok && st.flags&fWaiting != 0:
 			st.prio = max(st.prio, prio)
+			q.fixBounce(item, when)
 			if when < st.when {
 				// The entry at the old deadline goes stale; the key
 				// table says which entry is live.

@@ -3,6 +3,7 @@ package workqueue
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -128,6 +129,11 @@ func FuzzDeadlines(f *testing.F) {
 // delayQueueModel is the state table of DESIGN.md written the obvious way, for
 // one queue with the default FIFO store.
 type delayQueueModel struct {
+	// quiet and maxWait are Config.Debounce (quiet 0: off); bounce holds
+	// a debounced key's first Add and earliest fixed time.
+	quiet, maxWait int64
+	bounce         map[uint8][2]int64
+
 	now      int64
 	ready    []uint8 // FIFO
 	dirty    map[uint8]bool
@@ -144,6 +150,35 @@ func newDelayQueueModel() *delayQueueModel {
 		proc:    map[uint8]bool{},
 		waiting: map[uint8]int64{},
 		arrival: map[uint8]int{},
+		bounce:  map[uint8][2]int64{},
+	}
+}
+
+// userAdd is what the Add method does: a run due now, or, with Debounce,
+// due once the key's adds pause for quiet, at most maxWait after the first
+// of them, never after a fixed time already asked for.
+func (m *delayQueueModel) userAdd(k uint8) {
+	if m.quiet == 0 {
+		m.add(k)
+		return
+	}
+	if m.shutdown || m.dirty[k] {
+		return
+	}
+	w, waiting := m.waiting[k]
+	b, has := m.bounce[k]
+	if !has {
+		b = [2]int64{m.now, math.MaxInt64}
+		if waiting {
+			b[1] = w
+		}
+		m.bounce[k] = b
+	}
+	when := min(m.now+m.quiet, b[0]+m.maxWait, b[1])
+	if !waiting || when != w {
+		m.arrived++
+		m.waiting[k] = when
+		m.arrival[k] = m.arrived
 	}
 }
 
@@ -152,6 +187,7 @@ func (m *delayQueueModel) add(k uint8) {
 		return
 	}
 	delete(m.waiting, k)
+	delete(m.bounce, k)
 	m.dirty[k] = true
 	if !m.proc[k] {
 		m.ready = append(m.ready, k)
@@ -170,6 +206,9 @@ func (m *delayQueueModel) addAfter(k uint8, d time.Duration) {
 	switch w, ok := m.waiting[k]; {
 	case m.dirty[k]:
 	case ok:
+		if b, has := m.bounce[k]; has && when < b[1] {
+			m.bounce[k] = [2]int64{b[0], when}
+		}
 		if when < w {
 			// A key moved to an earlier deadline is ordered among
 			// equal deadlines by when it asked for this one.
@@ -219,7 +258,37 @@ func (m *delayQueueModel) done(k uint8) {
 	}
 }
 
+// remove is Remove's column of the state table.
+func (m *delayQueueModel) remove(k uint8) bool {
+	switch _, waiting := m.waiting[k]; {
+	case m.dirty[k]:
+		delete(m.dirty, k)
+		if !m.proc[k] {
+			m.ready = slices.DeleteFunc(m.ready, func(r uint8) bool { return r == k })
+		}
+		return true
+	case waiting:
+		delete(m.waiting, k)
+		delete(m.arrival, k)
+		delete(m.bounce, k)
+		return true
+	}
+	return false
+}
+
+// shutDown drops the waiting keys, except debounced ones, which become
+// ready in deadline order.
 func (m *delayQueueModel) shutDown() {
+	var flush []uint8
+	for k := range m.bounce {
+		flush = append(flush, k)
+	}
+	slices.SortFunc(flush, func(a, b uint8) int {
+		return cmp.Or(cmp.Compare(m.waiting[a], m.waiting[b]), cmp.Compare(m.arrival[a], m.arrival[b]))
+	})
+	for _, k := range flush {
+		m.add(k)
+	}
 	m.shutdown = true
 	clear(m.waiting)
 }
@@ -228,8 +297,9 @@ func (m *delayQueueModel) stats() Stats {
 	return Stats{Ready: len(m.ready), Waiting: len(m.waiting), Processing: len(m.proc), Dirty: len(m.dirty)}
 }
 
-// FuzzQueueDelay drives a Queue and the state-table model with the same
-// random Add, AddAfter, passing of time, Get, Done and ShutDown, inside a
+// FuzzQueueDelay drives a Queue, a Queue with Debounce, and the state-table
+// model of each with the same random Add, AddAfter, passing of time, Get,
+// Done, Remove and ShutDown, inside a
 // synctest bubble, and compares the counts and every key handed out after
 // each operation. Each operation takes three bytes: op, key, value.
 func FuzzQueueDelay(f *testing.F) {
@@ -246,13 +316,23 @@ func FuzzQueueDelay(f *testing.F) {
 	f.Add([]byte{1, 0, 5, 0, 1, 0, 7, 0, 0, 2, 0, 7, 3, 0, 0, 3, 0, 0})    // shutdown drops waiting
 	f.Add([]byte{5, 0, 9, 6, 1, 3, 6, 0, 2, 2, 0, 7, 3, 0, 0, 3, 0, 0})    // priority variants
 	f.Add([]byte{1, 0, 0, 1, 1, 255, 2, 0, 15, 3, 0, 0, 4, 0, 0, 3, 0, 0}) // d <= 0, advance by ms-1ns
+	f.Add([]byte{1, 1, 5, 7, 1, 0, 2, 0, 7, 0, 2, 0, 7, 2, 0, 3, 0, 0})    // Remove of a waiting, then a ready key
+	f.Add([]byte{0, 1, 0, 3, 0, 0, 1, 1, 3, 7, 1, 0, 0, 1, 0, 7, 1, 0})    // Remove of processing+waiting, +dirty
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 3*200 {
 			data = data[:3*200]
 		}
 		synctest.Test(t, func(t *testing.T) {
-			q := New[uint8]()
-			m := newDelayQueueModel()
+			// The same operations drive a plain queue and a debounced one,
+			// each beside its model.
+			type pair struct {
+				q *Queue[uint8]
+				m *delayQueueModel
+			}
+			plain := pair{New[uint8](), newDelayQueueModel()}
+			bounced := pair{NewWithConfig(Config[uint8]{Debounce: Debounce{Quiet: 2 * time.Millisecond, MaxWait: 5 * time.Millisecond}}), newDelayQueueModel()}
+			bounced.m.quiet, bounced.m.maxWait = int64(2*time.Millisecond), int64(5*time.Millisecond)
+			pairs := []pair{plain, bounced}
 			var log []string
 			fail := func(format string, args ...any) {
 				t.Helper()
@@ -266,77 +346,97 @@ func FuzzQueueDelay(f *testing.F) {
 				switch op % 8 {
 				case 0:
 					log = append(log, fmt.Sprintf("Add(%d)", key))
-					q.Add(key)
-					m.add(key)
 				case 1:
 					log = append(log, fmt.Sprintf("AddAfter(%d, %v)", key, d))
-					q.AddAfter(key, d)
-					m.addAfter(key, d)
 				case 2:
-					adv := max(d, 0)
-					log = append(log, fmt.Sprintf("advance(%v)", adv))
-					delayAdvance(adv)
-					m.advance(adv)
+					log = append(log, fmt.Sprintf("advance(%v)", max(d, 0)))
+					delayAdvance(max(d, 0))
 				case 3:
-					if len(m.ready) == 0 && !m.shutdown {
-						break // Get would block
-					}
-					got, shutdown := q.Get()
-					if len(m.ready) == 0 {
-						log = append(log, "Get()=shutdown")
-						if !shutdown {
-							fail("Get handed out %d, the model reports shutdown", got)
-						}
-						break
-					}
-					want := m.get()
-					log = append(log, fmt.Sprintf("Get()=%d", got))
-					if shutdown || got != want {
-						fail("Get = (%d, %v), model hands out %d", got, shutdown, want)
-					}
+					log = append(log, "Get()")
 				case 4:
 					log = append(log, fmt.Sprintf("Done(%d)", key))
-					q.Done(key)
-					m.done(key)
 				case 5:
 					log = append(log, fmt.Sprintf("AddWithPriority(%d, %d)", key, int8(val)))
-					q.AddWithPriority(key, int(int8(val)))
-					m.add(key)
 				case 6:
 					log = append(log, fmt.Sprintf("AddAfterWithPriority(%d, %v, %d)", key, d, int8(val)))
-					q.AddAfterWithPriority(key, d, int(int8(val)))
-					m.addAfter(key, d)
 				case 7:
-					if key != 0 {
-						break // keep shutdown rare
+					if key != 0 { // keep shutdown rare
+						log = append(log, fmt.Sprintf("Remove(%d)", key))
+					} else {
+						log = append(log, "ShutDown()")
 					}
-					log = append(log, "ShutDown()")
-					q.ShutDown()
-					m.shutDown()
 				}
-				if got, want := q.Stats(), m.stats(); got != want {
-					fail("Stats = %+v, model %+v", got, want)
-				}
-				if got, want := q.Len(), len(m.ready); got != want {
-					fail("Len = %d, model %d", got, want)
+				for i, p := range pairs {
+					q, m := p.q, p.m
+					switch op % 8 {
+					case 0:
+						q.Add(key)
+						m.userAdd(key)
+					case 1:
+						q.AddAfter(key, d)
+						m.addAfter(key, d)
+					case 2:
+						m.advance(max(d, 0))
+					case 3:
+						if len(m.ready) == 0 && !m.shutdown {
+							break // Get would block
+						}
+						got, shutdown := q.Get()
+						if len(m.ready) == 0 {
+							if !shutdown {
+								fail("queue %d: Get handed out %d, the model reports shutdown", i, got)
+							}
+							break
+						}
+						if want := m.get(); shutdown || got != want {
+							fail("queue %d: Get = (%d, %v), model hands out %d", i, got, shutdown, want)
+						}
+					case 4:
+						q.Done(key)
+						m.done(key)
+					case 5:
+						q.AddWithPriority(key, int(int8(val)))
+						m.userAdd(key)
+					case 6:
+						q.AddAfterWithPriority(key, d, int(int8(val)))
+						m.addAfter(key, d)
+					case 7:
+						if key != 0 {
+							if got, want := q.Remove(key), m.remove(key); got != want {
+								fail("queue %d: Remove(%d) = %v, model %v", i, key, got, want)
+							}
+							break
+						}
+						q.ShutDown()
+						m.shutDown()
+					}
+					if got, want := q.Stats(), m.stats(); got != want {
+						fail("queue %d: Stats = %+v, model %+v", i, got, want)
+					}
+					if got, want := q.Len(), len(m.ready); got != want {
+						fail("queue %d: Len = %d, model %d", i, got, want)
+					}
 				}
 			}
 			// Let every deadline pass and hand out what is left: the
-			// queue and the model must agree to the end.
+			// queues and the models must agree to the end.
 			delayAdvance(time.Hour)
-			m.advance(time.Hour)
-			for len(m.ready) > 0 {
-				got, _ := q.Get()
-				if want := m.get(); got != want {
-					fail("final drain: Get = %d, model %d", got, want)
+			for i, p := range pairs {
+				q, m := p.q, p.m
+				m.advance(time.Hour)
+				for len(m.ready) > 0 {
+					got, _ := q.Get()
+					if want := m.get(); got != want {
+						fail("queue %d: final drain: Get = %d, model %d", i, got, want)
+					}
+					q.Done(got)
+					m.done(got)
 				}
-				q.Done(got)
-				m.done(got)
+				if got, want := q.Stats(), m.stats(); got != want {
+					fail("queue %d: after the final drain: Stats = %+v, model %+v", i, got, want)
+				}
+				q.ShutDown()
 			}
-			if got, want := q.Stats(), m.stats(); got != want {
-				fail("after the final drain: Stats = %+v, model %+v", got, want)
-			}
-			q.ShutDown()
 		})
 	})
 }

@@ -3,6 +3,7 @@ package workqueue_test
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-coalesce/workqueue"
 )
@@ -105,4 +106,35 @@ func Example_deploymentController() {
 	// Output:
 	// 5 events, 1 sync for default/web: replicas=5
 	// 2 events, 1 sync for kube-system/coredns: replicas=3
+}
+
+// Debounce: a burst of events on one key gives one run once the burst has
+// been quiet for Quiet (and at the latest MaxWait after its first event),
+// not one run per event that happens to land between two Gets. Remove
+// cancels a pending run, here of an object that was deleted.
+func ExampleDebounce() {
+	q := workqueue.NewWithConfig(workqueue.Config[string]{
+		Debounce: workqueue.Debounce{Quiet: 50 * time.Millisecond, MaxWait: time.Second},
+	})
+	start := time.Now()
+	for range 10 {
+		q.Add("default/web") // ten updates in a burst
+	}
+	q.Add("default/gone")
+	s := q.Stats()
+	fmt.Println("ready:", s.Ready, "waiting:", s.Waiting)
+
+	fmt.Println("deleted, pending run cancelled:", q.Remove("default/gone"))
+
+	key, _ := q.Get() // blocks until the burst has been quiet for 50ms
+	fmt.Println("got", key, "after the quiet period:", time.Since(start) >= 50*time.Millisecond)
+	q.Done(key)
+	s = q.Stats()
+	fmt.Println("left: ready", s.Ready, "waiting", s.Waiting)
+	q.ShutDown()
+	// Output:
+	// ready: 0 waiting: 2
+	// deleted, pending run cancelled: true
+	// got default/web after the quiet period: true
+	// left: ready 0 waiting 0
 }

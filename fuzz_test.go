@@ -53,6 +53,21 @@ func (m *refQueue) get() (k string, shutdown, ok bool) {
 	return k, false, true
 }
 
+// remove is Remove: it cancels a pending run and reports whether there
+// was one.
+func (m *refQueue) remove(k string) bool {
+	switch m.state[k] {
+	case refReady:
+		delete(m.state, k)
+		m.ready = slices.DeleteFunc(m.ready, func(r string) bool { return r == k })
+		return true
+	case refProcessingDirty:
+		m.state[k] = refProcessing
+		return true
+	}
+	return false
+}
+
 func (m *refQueue) done(k string) {
 	switch m.state[k] {
 	case refProcessing:
@@ -92,10 +107,10 @@ func (m *refQueue) stats() workqueue.Stats {
 
 var fuzzKeys = []string{"a", "b", "c", "d"}
 
-// FuzzQueue drives three queues (the default ring, a Store from Config and
-// one with metrics) and the reference model with the same operations, and
-// compares every answer: the key and flag Get returns, GetContext's error,
-// Len, Stats, ShuttingDown and what a drain returns.
+// FuzzQueue drives five queues (the default ring, a Store from Config, one
+// with metrics, the priority store and a user's store) and the reference
+// model with the same operations, and compares every answer: the key and flag Get returns, GetContext's error,
+// what Remove reports, Len, Stats, ShuttingDown and what a drain returns.
 //
 // Each byte is one operation: the low 3 bits choose it, the next 2 bits a
 // key, the top 3 bits a variant.
@@ -123,6 +138,10 @@ func FuzzQueue(f *testing.F) {
 			workqueue.New[string](),
 			workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewFIFOStore[string]()}),
 			workqueue.NewWithConfig(workqueue.Config[string]{Name: "fuzz", Metrics: &countingMetrics{}}),
+			// Remove cuts keys out of the priority store, and leaves
+			// ghosts in a user's store: both must agree with the model.
+			workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewPriorityStore[string]()}),
+			workqueue.NewWithConfig(workqueue.Config[string]{Store: newRawStore()}),
 		}
 		m := newRefQueue()
 		var trace []string // what happened so far, for failure messages
@@ -162,7 +181,21 @@ func FuzzQueue(f *testing.F) {
 			key := fuzzKeys[(b>>3)&3]
 			variant := b >> 5
 			switch b & 7 {
-			case 0, 1:
+			case 1:
+				// Add stays the most common operation: half of these
+				// are Remove.
+				if variant < 4 {
+					trace = append(trace, "Remove "+key)
+					want := m.remove(key)
+					for i, q := range qs {
+						if got := q.Remove(key); got != want {
+							fail("queue %d: Remove(%q) = %v; model %v", i, key, got, want)
+						}
+					}
+					break
+				}
+				fallthrough
+			case 0:
 				trace = append(trace, "Add "+key)
 				m.add(key)
 				for _, q := range qs {

@@ -125,14 +125,34 @@ func (s *priorityStore[T]) Raise(item T, priority int) {
 	if !ok || priority <= sl.prio {
 		return
 	}
-	old := s.last
-	if old == nil || old.prio != sl.prio {
-		old = s.levels.m[sl.prio]
-	}
-	*old.at(sl.pos) = prioEntry[T]{}
-	old.live--
-	s.shed(old)
+	s.cut(sl)
 	s.add(s.level(priority), item)
+}
+
+// remove takes item out of the store if it holds it, and reports whether
+// it did: O(1) amortized, like Raise, by leaving a hole. It is not part of
+// the Store interface; the queue's Remove uses it where the store is this
+// one (see storeRemover in remove.go).
+func (s *priorityStore[T]) remove(item T) bool {
+	sl, ok := s.index.m[item]
+	if !ok {
+		return false
+	}
+	s.cut(sl)
+	s.index.del(item)
+	return true
+}
+
+// cut leaves a hole where the index says a key sits (sl), and sheds what
+// its level no longer needs. The caller updates the index.
+func (s *priorityStore[T]) cut(sl prioSlot) {
+	l := s.last
+	if l == nil || l.prio != sl.prio {
+		l = s.levels.m[sl.prio]
+	}
+	*l.at(sl.pos) = prioEntry[T]{}
+	l.live--
+	s.shed(l)
 }
 
 // Pop removes and returns the oldest key of the highest priority. Len() > 0.
@@ -198,7 +218,7 @@ func (s *priorityStore[T]) shed(l *prioLevel[T]) {
 // release removes l, which has no live key, from the heap and the levels
 // map, and keeps it for reuse if there is room and its ring is small.
 func (s *priorityStore[T]) release(l *prioLevel[T]) {
-	s.remove(l.hi)
+	s.unheap(l.hi)
 	s.levels.del(l.prio)
 	if s.last == l {
 		s.last = nil
@@ -273,10 +293,10 @@ func (s *priorityStore[T]) down(i int) {
 	l.hi = i
 }
 
-// remove takes the level at i out of the heap and gives memory back when the
+// unheap takes the level at i out of the heap and gives memory back when the
 // heap has shrunk to a quarter of its capacity, so a burst of many distinct
 // priorities does not pin a large array.
-func (s *priorityStore[T]) remove(i int) {
+func (s *priorityStore[T]) unheap(i int) {
 	last := len(s.heap) - 1
 	moved := s.heap[last]
 	s.heap[last] = nil

@@ -20,6 +20,11 @@ import (
 // ready key is left.
 var ErrShutDown = errors.New("workqueue: shut down")
 
+// ErrDrainInterrupted is returned by ShutDownWithDrainContext when ShutDown
+// was called while it waited: the caller asked to stop waiting, and keys may
+// still be ready or processing.
+var ErrDrainInterrupted = errors.New("workqueue: drain interrupted by ShutDown")
+
 // Config configures a Queue. Its zero value is a plain FIFO queue without
 // metrics.
 type Config[T comparable] struct {
@@ -30,6 +35,20 @@ type Config[T comparable] struct {
 	// Store holds the ready keys and decides their order. Nil means a FIFO
 	// ring buffer. A Store must not be shared between queues.
 	Store Store[T]
+	// Debounce, with Quiet > 0, makes Add wait for a key's events to
+	// settle: Add (and AddWithPriority) makes the key's run due at
+	// min(last Add + Quiet, first Add + MaxWait), where the first Add is
+	// the first since the key's last run started, so a burst of events
+	// gives one run once the burst pauses for Quiet, and a burst that
+	// never pauses still runs every MaxWait. AddAfter and AddRateLimited
+	// keep their fixed times (d <= 0 is now), and a key has one pending
+	// run, at the earliest time anyone asked for: a debounced Add never
+	// puts a run off past a fixed time already asked for. While it waits,
+	// a debounced key counts in Stats.Waiting. ShutDown makes debounced
+	// keys ready at once rather than dropping them: their Add came before
+	// it. NewWithConfig panics unless Quiet and MaxWait are both zero or
+	// 0 < Quiet <= MaxWait. The zero value is off.
+	Debounce Debounce
 }
 
 // Stats is a snapshot of a queue's counts, taken under its lock.
@@ -79,9 +98,19 @@ type Queue[T comparable] struct {
 	fifo  ring[T]
 	store Store[T]
 	prio  PriorityStore[T]
+	// ghosts counts the entries that Remove left in the store, and
+	// ghostKeys how many each key has (remove.go). Only keys with ghosts
+	// are in it.
+	ghosts    int
+	ghostKeys shrinkingMap[T, int32]
 
 	// delay holds the waiting keys, their heap and the timer (delay.go).
 	delay delayState[T]
+
+	// quiet and maxWait are Config.Debounce in nanoseconds (quiet == 0:
+	// off), and bounce holds the debounced keys' bursts (debounce.go).
+	quiet, maxWait int64
+	bounce         shrinkingMap[T, bounceState]
 
 	dirty      int // keys with fDirty: ready, or processing and due again
 	waiting    int // keys with fWaiting
@@ -89,6 +118,12 @@ type Queue[T comparable] struct {
 	getters    int // goroutines waiting in Get or GetContext
 	owed       int // Signals to send at unlock: keys made ready for getters
 	drainers   int // goroutines waiting in ShutDownWithDrain*
+	// interrupts counts the ShutDown calls that found drainers waiting. A
+	// drainer remembers it when it starts to wait and stops waiting when it
+	// changes: ShutDown after ShutDownWithDrain ends the drain, as
+	// client-go documents ("drain on the first signal, force on the
+	// second").
+	interrupts uint64
 
 	shuttingDown bool
 
@@ -108,7 +143,8 @@ func New[T comparable]() *Queue[T] { return &Queue[T]{} }
 // NewWithConfig returns an empty queue configured by cfg. Metrics are on
 // when cfg.Name is not empty and cfg.Metrics is not nil.
 func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
-	q := &Queue[T]{}
+	cfg.Debounce.validate()
+	q := &Queue[T]{quiet: int64(cfg.Debounce.Quiet), maxWait: int64(cfg.Debounce.MaxWait)}
 	if cfg.Store != nil {
 		q.store = cfg.Store
 		q.prio, _ = cfg.Store.(PriorityStore[T])
@@ -126,7 +162,7 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 // now. After ShutDown, Add does nothing.
 func (q *Queue[T]) Add(item T) {
 	q.mu.Lock()
-	if q.store == nil && q.metrics == nil && !q.shuttingDown {
+	if q.store == nil && q.metrics == nil && q.quiet == 0 && !q.shuttingDown {
 		// The common cases of a plain queue, spelled out: a new key is
 		// pushed, a key already in the FIFO keeps its place.
 		if !q.full {
@@ -189,6 +225,13 @@ func (q *Queue[T]) addPrio(item T, prio int32) {
 // addLocked is Add for a caller that holds q.mu, which it releases.
 func (q *Queue[T]) addLocked(item T, prio int32) {
 	if q.shuttingDown {
+		q.mu.Unlock()
+		return
+	}
+	if q.quiet > 0 {
+		// The key waits for its burst to settle; it is counted as
+		// added when its run becomes due.
+		q.addDebounced(item, prio)
 		q.mu.Unlock()
 		return
 	}
@@ -265,6 +308,8 @@ func (q *Queue[T]) markDirtyState(item T, st keyState, ok bool, prio int32, fire
 		}
 		return false
 	}
+	var since int64 // when the key was first asked for, if not now
+	var debounced bool
 	if ok && st.flags&fWaiting != 0 {
 		// The run due now replaces the one at the deadline, keeping the
 		// higher priority. Unless the timer popped it, the deadline
@@ -276,14 +321,20 @@ func (q *Queue[T]) markDirtyState(item T, st keyState, ok bool, prio int32, fire
 			q.delay.stale++
 			q.sweepDelay()
 		}
+		since, debounced = q.unbounce(item)
 	}
 	st.flags |= fDirty
 	st.prio = prio
 	if q.metrics != nil {
+		// Queue latency counts from when the key became due, or, for a
+		// debounced key, from the first Add of its burst.
+		if !debounced {
+			since = q.now()
+		}
 		if st.flags&fProcessing != 0 {
-			q.procs.dirtied(item, q.now()) // st.at is the run's start
+			q.procs.dirtied(item, since) // st.at is the run's start
 		} else {
-			st.at = q.now()
+			st.at = since
 		}
 	}
 	q.keys.put(item, st)
@@ -296,6 +347,12 @@ func (q *Queue[T]) markDirtyState(item T, st keyState, ok bool, prio int32, fire
 
 // push puts item into the store and wakes one getter. q.mu must be held.
 func (q *Queue[T]) push(item T, prio int32) {
+	q.pushEntry(item, prio)
+	q.wake()
+}
+
+// pushEntry puts item into the store at priority prio. q.mu must be held.
+func (q *Queue[T]) pushEntry(item T, prio int32) {
 	switch {
 	case q.store == nil:
 		q.fifo.Push(item)
@@ -304,7 +361,6 @@ func (q *Queue[T]) push(item T, prio int32) {
 	default:
 		q.store.Push(item)
 	}
-	q.wake()
 }
 
 // wake owes one waiting getter a wake-up for a key just made ready, unless
@@ -345,18 +401,30 @@ func (q *Queue[T]) touch(item T) {
 	}
 }
 
+// pop takes the next ready key out of the store, passing over the ghosts
+// that Remove left. q.mu must be held and q.ready() > 0.
 func (q *Queue[T]) pop() T {
+	item := q.popEntry()
+	for q.ghosts > 0 && q.isGhost(item) {
+		item = q.popEntry()
+	}
+	return item
+}
+
+// popEntry takes the next entry out of the store, ghost or not.
+func (q *Queue[T]) popEntry() T {
 	if q.store == nil {
 		return q.fifo.Pop()
 	}
 	return q.store.Pop()
 }
 
+// ready counts the ready keys: the store's entries less the ghosts.
 func (q *Queue[T]) ready() int {
 	if q.store == nil {
-		return q.fifo.Len()
+		return q.fifo.Len() - q.ghosts
 	}
-	return q.store.Len()
+	return q.store.Len() - q.ghosts
 }
 
 // sweepDelay drops the stale deadline entries once they outnumber the live
@@ -640,32 +708,64 @@ func (q *Queue[T]) Stats() Stats {
 }
 
 // ShutDown stops the queue from accepting keys: Add and AddAfter are ignored
-// from now on, waiting keys are dropped and the delay timer is stopped. Get
+// from now on, keys waiting for an AddAfter deadline are dropped (debounced
+// keys become ready instead: see Config.Debounce) and the delay timer is
+// stopped. Get
 // keeps handing out the ready keys and then reports shutdown; Done still
 // works, and a key added again while processing is still handed out once
 // more. ShutDown does not wait; it may be called more than once.
+//
+// ShutDown also ends every ShutDownWithDrain that is waiting at that moment:
+// they return at once (ShutDownWithDrainContext with ErrDrainInterrupted),
+// leaving the keys still ready or processing to the workers. This is the
+// "drain on the first signal, force on the second" of client-go.
 func (q *Queue[T]) ShutDown() {
 	q.mu.Lock()
-	first := q.shutDownLocked()
+	first, flushed := q.shutDownLocked()
+	if q.drainers > 0 {
+		q.interrupts++
+		q.cond.Broadcast()
+	}
 	q.mu.Unlock()
-	if first && q.metrics != nil {
-		q.metrics.ShutDown()
+	if first {
+		q.reportShutDown(flushed)
 	}
 }
 
-// shutDownLocked shuts the queue down and reports whether this call did it.
-// q.mu must be held.
-func (q *Queue[T]) shutDownLocked() bool {
+// reportShutDown tells the metrics that the queue shut down, after the
+// debounced keys that it made ready (flushed) were added. q.mu must not be
+// held.
+func (q *Queue[T]) reportShutDown(flushed int) {
+	if q.metrics == nil {
+		return
+	}
+	for range flushed {
+		q.metrics.Added()
+	}
+	q.metrics.ShutDown()
+}
+
+// shutDownLocked shuts the queue down and reports whether this call did it,
+// and how many debounced keys it made ready. q.mu must be held.
+func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 	if q.shuttingDown {
-		return false
+		return false, 0
 	}
 	q.shuttingDown = true
 	for q.waiting > 0 {
 		e := q.delay.pop()
-		if !q.isLive(e) {
+		st, ok := q.keys.m[e.item]
+		if !liveIn(e, st, ok) {
 			continue
 		}
-		st := q.keys.m[e.item]
+		if _, debounced := q.bounce.m[e.item]; debounced {
+			// Its Add came before ShutDown; debouncing only merges
+			// adds, so the run is not lost but due now, in deadline
+			// order.
+			q.markDirtyState(e.item, st, ok, 0, true)
+			flushed++
+			continue
+		}
 		q.waiting--
 		if st.flags &^= fWaiting; st.flags == 0 {
 			q.keys.del(e.item)
@@ -675,35 +775,56 @@ func (q *Queue[T]) shutDownLocked() bool {
 	}
 	q.arm(0) // no key waits: drops the entries and stops the timer
 	q.cond.Broadcast()
-	return true
+	return true, flushed
 }
 
 // ShutDownWithDrain shuts the queue down like ShutDown and then waits until
 // no key is ready and none is processing: every key already due has been
 // handed out and Done. Workers must keep calling Get and Done meanwhile, or
-// it never returns. Every concurrent caller returns once the queue is empty.
+// it never returns. Every concurrent caller returns once the queue is empty,
+// and every caller returns at once when ShutDown is called while it waits.
 func (q *Queue[T]) ShutDownWithDrain() {
 	_ = q.ShutDownWithDrainContext(context.Background())
 }
 
 // ShutDownWithDrainContext is ShutDownWithDrain that gives up when ctx ends,
-// returning ctx.Err(). The queue stays shut down either way; keys still
-// ready or processing are left to the workers.
+// returning ctx.Err(), or when ShutDown is called while it waits, returning
+// ErrDrainInterrupted. The queue stays shut down either way; keys still
+// ready or processing are left to the workers. A second drain neither ends
+// nor is ended by the first: each waits for the queue to empty.
 func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
-	q.ShutDown()
 	q.mu.Lock()
-	var err error
-	if q.ready() > 0 || q.processing > 0 {
-		defer q.wakeWhenDone(ctx)()
+	// Shutting down and starting to wait happen under one hold of the
+	// lock: a ShutDown that comes after this drain has shut the queue
+	// down (ShuttingDown reports true) always finds it waiting.
+	first, flushed := q.shutDownLocked()
+	waiting := q.ready() > 0 || q.processing > 0
+	epoch := q.interrupts
+	if waiting {
 		q.drainers++
-		for q.ready() > 0 || q.processing > 0 {
-			if err = ctx.Err(); err != nil {
-				break
-			}
-			q.wait()
-		}
-		q.drainers--
 	}
+	q.mu.Unlock()
+	if first {
+		q.reportShutDown(flushed)
+	}
+	if !waiting {
+		return nil
+	}
+
+	var err error
+	q.mu.Lock()
+	defer q.wakeWhenDone(ctx)()
+	for q.ready() > 0 || q.processing > 0 {
+		if q.interrupts != epoch {
+			err = ErrDrainInterrupted
+			break
+		}
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		q.wait()
+	}
+	q.drainers--
 	q.mu.Unlock()
 	return err
 }

@@ -936,6 +936,124 @@ func TestShutDownWithDrainContext(t *testing.T) {
 	})
 }
 
+// drainable is what the drain tests need of a queue.
+type drainable interface {
+	Add(string)
+	Get() (string, bool)
+	Done(string)
+	ShutDown()
+	ShutDownWithDrain()
+	ShutDownWithDrainContext(context.Context) error
+	ShuttingDown() bool
+}
+
+// drainTarget is one entry point that shuts a queue down and drains it.
+type drainTarget struct {
+	name string
+	new  func() drainable
+}
+
+func drainTargets() []drainTarget {
+	var ts []drainTarget
+	for _, cfg := range queueConfigs {
+		ts = append(ts, drainTarget{cfg.name, func() drainable { return cfg.new() }})
+	}
+	return append(ts, drainTarget{"RateLimitingQueue", func() drainable {
+		return workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
+	}})
+}
+
+// TestShutDownEndsDrain is client-go's "drain on the first signal, force on
+// the second": a worker holds a key and never calls Done, a drain waits for
+// it, and ShutDown must make every waiting drainer return at once (plain
+// drains return, context drains return ErrDrainInterrupted), leaving the
+// key to its worker.
+func TestShutDownEndsDrain(t *testing.T) {
+	for _, tg := range drainTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := tg.new()
+				q.Add("a")
+				q.Add("b")
+				a, _ := q.Get() // never Done until the end
+
+				var plain atomic.Int64
+				errc := make(chan error, 2)
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					q.ShutDownWithDrain()
+					plain.Add(1)
+				})
+				wg.Go(func() {
+					q.ShutDownWithDrain() // a second drain: it must not end the first
+					plain.Add(1)
+				})
+				for range 2 {
+					wg.Go(func() { errc <- q.ShutDownWithDrainContext(context.Background()) })
+				}
+				synctest.Wait()
+				require.True(t, q.ShuttingDown(), "the drains shut the queue down")
+				require.Zero(t, plain.Load(), "drains wait while a key is processing and one is ready")
+				require.Empty(t, errc, "context drains wait too")
+
+				q.ShutDown()
+				synctest.Wait()
+				require.Equal(t, int64(2), plain.Load(), "ShutDown must end every waiting ShutDownWithDrain")
+				require.Len(t, errc, 2, "ShutDown must end every waiting ShutDownWithDrainContext")
+				for range 2 {
+					require.ErrorIs(t, <-errc, workqueue.ErrDrainInterrupted, "an interrupted drain says so")
+				}
+				wg.Wait()
+
+				// The keys are left to the workers, as after any ShutDown.
+				expectGetFrom(t, q, "b")
+				q.Done("b")
+				q.Done(a)
+				_, shutdown := q.Get()
+				require.True(t, shutdown, "the queue is empty and shut down")
+			})
+		})
+	}
+}
+
+// TestShutDownBeforeDrainDoesNotEndIt checks that only a ShutDown that
+// finds a drain waiting ends it: a drain that starts after ShutDown (or
+// after an earlier drain was interrupted) still waits for the queue to
+// empty.
+func TestShutDownBeforeDrainDoesNotEndIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := workqueue.New[string]()
+		q.Add("a")
+		q.Add("b")
+		q.ShutDown()
+		errc := make(chan error, 1)
+		go func() { errc <- q.ShutDownWithDrainContext(context.Background()) }()
+		synctest.Wait()
+		require.Empty(t, errc, "a drain after ShutDown waits for the ready keys")
+		q.ShutDown()
+		synctest.Wait()
+		require.ErrorIs(t, <-errc, workqueue.ErrDrainInterrupted, "a ShutDown while it waits ends it")
+
+		go func() { errc <- q.ShutDownWithDrainContext(context.Background()) }()
+		synctest.Wait()
+		require.Empty(t, errc, "a new drain after the interruption waits again")
+		expectGet("a")(t, q)
+		q.Done("a")
+		expectGet("b")(t, q)
+		q.Done("b")
+		synctest.Wait()
+		require.NoError(t, <-errc, "the new drain returns nil once the queue is empty")
+	})
+}
+
+// expectGetFrom is expectGet for any queue with Get.
+func expectGetFrom(t *testing.T, q interface{ Get() (string, bool) }, want string) {
+	t.Helper()
+	got, shutdown := q.Get()
+	require.False(t, shutdown, "Get must hand out %q, not report shutdown", want)
+	require.Equal(t, want, got, "Get must hand out the next ready key")
+}
+
 // ---------------------------------------------------------------------------
 // Len, Stats, zero value.
 

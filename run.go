@@ -73,7 +73,9 @@ type RunConfig[T comparable] struct {
 // RunConfig.Drain they first take every key already due, see there). Run
 // returns once every worker has returned: nil, or, if RunConfig.DrainTimeout
 // passed before the drain was done, an error wrapping
-// context.DeadlineExceeded. Run also returns, with nil, if q is shut down
+// context.DeadlineExceeded, or, if q.ShutDown was called during the drain
+// (which ends it, handle contexts included), an error wrapping
+// ErrDrainInterrupted. Run also returns, with nil, if q is shut down
 // by someone else and no ready key is left. It always leaves q shut down.
 //
 // Run panics if workers < 1, since a Run without workers would wait for ctx
@@ -142,7 +144,8 @@ type runner[T comparable] struct {
 }
 
 // drain shuts the queue down and waits, at most DrainTimeout, until the
-// workers have handled every key already due.
+// workers have handled every key already due. A ShutDown of the queue by
+// anyone else during the drain ends it at once.
 func (r *runner[T]) drain(ctx context.Context) error {
 	dctx := context.WithoutCancel(ctx)
 	if r.cfg.DrainTimeout > 0 {
@@ -150,10 +153,17 @@ func (r *runner[T]) drain(ctx context.Context) error {
 		dctx, cancel = context.WithTimeout(dctx, r.cfg.DrainTimeout)
 		defer cancel()
 	}
-	if err := r.q.ShutDownWithDrainContext(dctx); err != nil {
+	err := r.q.ShutDownWithDrainContext(dctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrDrainInterrupted):
+		// Somebody called ShutDown during the drain: the second signal
+		// of "drain on the first, force on the second".
+		return fmt.Errorf("workqueue: Run: %w", err)
+	default:
 		return fmt.Errorf("workqueue: Run: drain not finished after %v: %w", r.cfg.DrainTimeout, err)
 	}
-	return nil
 }
 
 // work is one worker: it handles keys until GetContext fails, because ctx

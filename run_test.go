@@ -605,3 +605,36 @@ func TestRunConcurrent(t *testing.T) {
 	require.Zero(t, retryFalse.Load(), "every failure was retried")
 	goleak.VerifyNone(t)
 }
+
+// TestRunDrainInterruptedByShutDown checks the second signal of "drain on
+// the first, force on the second": a ShutDown of the queue while Run
+// drains ends the drain at once, cancels the handle context of the key in
+// flight, takes no further key, and Run says the drain was interrupted.
+func TestRunDrainInterruptedByShutDown(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		q := exponential5ms()
+		ctx, cancel := context.WithCancel(t.Context())
+		started := make(chan struct{})
+		var calls runLog[string]
+		result := startRun(ctx, q, 1, func(hctx context.Context, k string) error {
+			calls.add(k)
+			close(started)
+			<-hctx.Done() // stuck until the drain is forced to end
+			return nil
+		}, workqueue.RunConfig[string]{Drain: true})
+		q.Add("a")
+		<-started
+		q.Add("b")
+		cancel()
+		synctest.Wait()
+		requireRunning(t, result, "the drain waits for a and b")
+
+		q.ShutDown() // the second signal
+		err := <-result
+		require.ErrorIs(t, err, workqueue.ErrDrainInterrupted, "Run must say the drain was cut short")
+		require.True(t, strings.HasPrefix(err.Error(), "workqueue: "), err.Error())
+		require.Equal(t, []string{"a"}, calls.get(), "no key is taken after the drain was interrupted")
+		require.Equal(t, workqueue.Stats{Ready: 1, Dirty: 1}, q.Stats(), "b is left ready")
+	})
+}

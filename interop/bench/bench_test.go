@@ -26,6 +26,14 @@ func BenchmarkCompare(b *testing.B) {
 	}
 }
 
+// BenchmarkDebouncedBurst compares a burst of 10 events per key on our
+// queue with Debounce and on client-go's (which has none): ns per key and
+// runs per key.
+func BenchmarkDebouncedBurst(b *testing.B) {
+	b.Run("impl=ours", func(b *testing.B) { DebouncedBurst(b, true) })
+	b.Run("impl="+clientGo, func(b *testing.B) { DebouncedBurst(b, false) })
+}
+
 // BenchmarkMemoryAfterBurst reports the heap each queue grew for a burst of
 // 1M keys (peak-bytes) and what it kept after draining them (kept-bytes).
 func BenchmarkMemoryAfterBurst(b *testing.B) {
@@ -64,6 +72,18 @@ func TestWorkloadsRun(t *testing.T) {
 			if r.N == 0 {
 				t.Errorf("%s/%s: benchmark failed or did not run", w.Name, name)
 			}
+		}
+	}
+	// Every key of the debounced burst is reconciled, by client-go in
+	// several runs, and by ours in fewer (one, unless the machine stalls
+	// a round for longer than DebounceQuiet).
+	for _, ours := range []bool{true, false} {
+		r := testing.Benchmark(func(b *testing.B) { DebouncedBurst(b, ours) })
+		if r.N == 0 {
+			t.Fatalf("debounced burst (ours=%v): benchmark failed or did not run", ours)
+		}
+		if perKey := r.Extra["runs/key"]; perKey < 1 {
+			t.Errorf("debounced burst (ours=%v): %.2f runs per key, want at least one", ours, perKey)
 		}
 	}
 }

@@ -15,7 +15,11 @@ import (
 
 // Queue is a RateLimitingQueue over workqueue.NewPriorityStore that also has
 // controller-runtime's AddWithOpts. GetWithPriority comes from the embedded
-// queue. The zero value is not usable; use New.
+// queue, and so does Remove: controller-runtime's PriorityQueue interface
+// (v0.25) has no equivalent, so controller-runtime never calls it, but code
+// that holds this Queue (an event handler that sees a delete, a sharded
+// controller that loses a key) can cancel a pending run with it. The zero
+// value is not usable; use New.
 type Queue[T comparable] struct {
 	*workqueue.RateLimitingQueue[T]
 }

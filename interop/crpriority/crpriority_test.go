@@ -128,3 +128,33 @@ func TestControllerKeepsPriorities(t *testing.T) {
 	require.True(t, isPQ.Load(), "controller-runtime hands sources our queue as a priority queue")
 	require.Equal(t, []string{"gate", "high", "low-1", "low-2"}, order, "the high-priority request jumped the queue")
 }
+
+// TestShutDownEndsDrain checks "drain on the first signal, force on the
+// second" through the controller-runtime adapter: a drain waits for a key
+// in flight, and ShutDown ends it at once.
+func TestShutDownEndsDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := crpriority.New[string](nil, workqueue.Config[string]{})
+		q.AddWithOpts(priorityqueue.AddOpts{}, "a")
+		a, _, _ := q.GetWithPriority() // never Done until the end
+		drained := make(chan struct{})
+		go func() {
+			q.ShutDownWithDrain()
+			close(drained)
+		}()
+		synctest.Wait()
+		select {
+		case <-drained:
+			t.Fatal("the drain must wait while a key is processing")
+		default:
+		}
+		q.ShutDown()
+		synctest.Wait()
+		select {
+		case <-drained:
+		default:
+			t.Fatal("ShutDown must end the waiting drain")
+		}
+		q.Done(a)
+	})
+}

@@ -1,0 +1,140 @@
+package workqueue
+
+// Remove cancels a key's pending run. Where the run waits in the delay heap,
+// that is the lazy deletion the heap already uses: the entry goes stale. A
+// ready key is harder: it sits in the store, and Store has client-go's
+// method set (Push, Pop, Len, Touch), so a store cannot be asked to delete
+// from the middle, and searching it would be O(n).
+//
+// So a removed ready key leaves a ghost: its entry stays in the store, the
+// queue counts it (ghosts, and per key in ghostKeys, which holds only keys
+// that have ghosts), and Get drops it when it comes out. Len, Stats and
+// every "is a key ready" test subtract the ghosts, so they are exact at
+// every moment. A key removed and added again is pushed anew: its ghost is
+// older and comes out first, so the key runs once, at the place of its new
+// Add. That relies on the store handing out one key's entries in the order
+// they were pushed, which holds for FIFO stores (the default, client-go's)
+// and within one tenant of the fair store. The priority store does better:
+// it has an index, so the queue cuts the key out of it in O(1) and no ghost
+// is left (storeRemover).
+//
+// Ghosts must not pile up (a key added and removed over and over with no
+// Get would grow the store without bound), so once they outnumber the live
+// entries by more than a constant, the store is rebuilt: every entry is
+// popped and the live ones pushed back in the order they came out. That
+// copies fewer live entries than it drops ghosts, so it is O(1) amortized
+// per Remove, and the store never holds more than about twice its live keys.
+//
+// A queue that never calls Remove pays one integer test in Get and nothing
+// in Add or Done.
+
+// storeRemover is a store that can take a key out from the middle itself.
+// The method is unexported: only this package's stores have it, so a user's
+// Store is never asked for more than the Store interface.
+type storeRemover[T comparable] interface {
+	remove(item T) bool
+}
+
+// maxGhosts is how many more ghosts than live entries the store may hold
+// before it is rebuilt: a constant, so small stores are not rebuilt on
+// every Remove.
+const maxGhosts = 64
+
+// Remove cancels item's pending run and reports whether it had one: a ready
+// key leaves the queue, a waiting key's deadline is dropped, and a key that
+// is processing and was added again (or given a deadline) since its Get is
+// not handed out again at Done. The run in progress, if any, is not
+// touched: Remove of a key that is only processing returns false and
+// changes nothing. Remove does not touch a rate limiter's memory of the key
+// (that is Forget).
+//
+//	state               after         returns
+//	absent              absent        false
+//	ready               absent        true
+//	waiting             absent        true
+//	processing          processing    false
+//	processing+dirty    processing    true
+//	processing+waiting  processing    true
+//
+// Remove works after ShutDown too, so a drain has less to wait for. Its
+// cost is O(1) amortized with any Store (see remove.go), and the metrics
+// follow at once: depth and the waiting gauge drop, and a removed key
+// records no queue latency.
+func (q *Queue[T]) Remove(item T) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st, ok := q.keys.m[item]
+	if !ok || st.flags&(fDirty|fWaiting) == 0 {
+		return false
+	}
+	if st.flags&fDirty != 0 {
+		st.flags &^= fDirty
+		q.dirty--
+		switch {
+		case st.flags&fProcessing == 0:
+			q.unstore(item)
+		case q.metrics != nil:
+			q.procs.requeued(item) // forget when it was added again
+		}
+	} else {
+		st.flags &^= fWaiting
+		q.waiting--
+		q.delay.stale++
+		q.sweepDelay()
+		q.unbounce(item)
+		if q.waiting == 0 {
+			q.arm(0) // no key waits any more: stop the timer
+		}
+	}
+	if st.flags == 0 {
+		q.keys.del(item)
+	} else {
+		q.keys.m[item] = st
+	}
+	if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
+		q.cond.Broadcast()
+	}
+	return true
+}
+
+// unstore takes the ready key item out of the store: cut out where the
+// store can do that, else left behind as a ghost. q.mu must be held.
+func (q *Queue[T]) unstore(item T) {
+	if r, ok := q.store.(storeRemover[T]); ok && r.remove(item) {
+		return
+	}
+	q.ghosts++
+	q.ghostKeys.put(item, q.ghostKeys.m[item]+1)
+	if q.ghosts > q.ready()+maxGhosts {
+		q.exorcise()
+	}
+}
+
+// isGhost reports whether item, just popped from the store, is a ghost,
+// and forgets that ghost if so. Ghosts of a key are older than its live
+// entry, so while a key has ghosts, what comes out is one of them. q.mu
+// must be held.
+func (q *Queue[T]) isGhost(item T) bool {
+	n, ok := q.ghostKeys.m[item]
+	if !ok {
+		return false
+	}
+	if n == 1 {
+		q.ghostKeys.del(item)
+	} else {
+		q.ghostKeys.m[item] = n - 1
+	}
+	q.ghosts--
+	return true
+}
+
+// exorcise rebuilds the store without its ghosts, keeping the live entries
+// in the order the store hands them out. q.mu must be held.
+func (q *Queue[T]) exorcise() {
+	for range q.ghosts + q.ready() {
+		item := q.popEntry()
+		if !q.isGhost(item) {
+			q.pushEntry(item, q.keys.m[item].prio)
+		}
+	}
+}

@@ -1,0 +1,274 @@
+package workqueue_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	"github.com/stretchr/testify/require"
+)
+
+// rawStore is a user's Store (the queue cannot cut keys out of it) that
+// lets a test see how many entries it really holds, ghosts included.
+type rawStore struct{ workqueue.Store[string] }
+
+func newRawStore() *rawStore { return &rawStore{workqueue.NewFIFOStore[string]()} }
+
+// removeConfigs are the queue configurations Remove must work with: every
+// state-table configuration, plus the stores that take the other two paths
+// of remove.go (the priority store cuts keys out; the fair store keeps
+// ghosts per tenant).
+func removeConfigs() []queueConfig {
+	return append(append([]queueConfig{}, queueConfigs...),
+		queueConfig{"PriorityStore", func() *workqueue.Queue[string] {
+			return workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewPriorityStore[string]()})
+		}},
+		queueConfig{"FairStore", func() *workqueue.Queue[string] {
+			return workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewFairStore(func(k string) string {
+				ns, _, _ := strings.Cut(k, "/")
+				return ns
+			})})
+		}},
+		queueConfig{"userStore", func() *workqueue.Queue[string] {
+			return workqueue.NewWithConfig(workqueue.Config[string]{Store: newRawStore()})
+		}},
+	)
+}
+
+func opRemove(key string, want bool) step {
+	return func(t *testing.T, q *workqueue.Queue[string]) {
+		require.Equal(t, want, q.Remove(key), "Remove(%q) must report whether it cancelled a pending run", key)
+	}
+}
+
+func opAddAfter(key string, d time.Duration) step {
+	return func(t *testing.T, q *workqueue.Queue[string]) { q.AddAfter(key, d) }
+}
+
+func opSleep(d time.Duration) step {
+	return func(t *testing.T, q *workqueue.Queue[string]) {
+		time.Sleep(d) // fake time: the test runs in a synctest bubble
+		synctest.Wait()
+	}
+}
+
+// expectWaiting checks the number of waiting keys.
+func expectWaiting(n int) step {
+	return func(t *testing.T, q *workqueue.Queue[string]) {
+		require.Equal(t, n, q.Stats().Waiting, "Stats.Waiting must count the keys waiting for a deadline")
+	}
+}
+
+// removeTable is the Remove column of the state table: each row puts a key
+// in one state, removes it, and checks what is left, down to the queue
+// being empty and the key being usable again.
+var removeTable = []struct {
+	name  string
+	steps []step
+}{
+	{"absent: no change, false", []step{
+		opRemove("a", false), expectCounts(0, 0, 0), expectBlocked(),
+		opAdd("a"), opRemove("b", false), expectCounts(1, 0, 1), expectGet("a"), opDone("a"),
+	}},
+	{"ready: absent, true", []step{
+		opAdd("a"), opRemove("a", true), expectCounts(0, 0, 0), expectBlocked(),
+		opRemove("a", false), expectCounts(0, 0, 0),
+	}},
+	{"ready: others keep their order", []step{
+		opAdd("x/a", "x/b", "x/c"), opRemove("x/b", true), expectCounts(2, 0, 2),
+		expectGet("x/a", "x/c"), expectBlocked(), opDone("x/a", "x/c"), expectCounts(0, 0, 0),
+	}},
+	{"ready: removed and added again runs once, at its new place", []step{
+		opAdd("x/a", "x/b"), opRemove("x/a", true), opAdd("x/c", "x/a"), expectCounts(3, 0, 3),
+		expectGet("x/b", "x/c", "x/a"), expectBlocked(), opDone("x/a", "x/b", "x/c"), expectCounts(0, 0, 0),
+	}},
+	{"ready: removed and added again many times runs once", []step{
+		opAdd("x/a"), opRemove("x/a", true), opAdd("x/a"), opRemove("x/a", true), opAdd("x/a"),
+		opAdd("x/b"), opRemove("x/a", true), opAdd("x/a"), expectCounts(2, 0, 2),
+		expectGet("x/b", "x/a"), expectBlocked(), expectCounts(0, 2, 0), opDone("x/a", "x/b"), expectCounts(0, 0, 0),
+	}},
+	{"waiting: absent, true", []step{
+		opAddAfter("a", time.Second), expectWaiting(1), opRemove("a", true), expectWaiting(0), expectCounts(0, 0, 0),
+		opSleep(2 * time.Second), expectCounts(0, 0, 0), expectBlocked(),
+	}},
+	{"waiting: added again later gets a fresh deadline", []step{
+		opAddAfter("a", time.Second), opRemove("a", true), opAddAfter("a", 3*time.Second),
+		opSleep(2 * time.Second), expectWaiting(1), expectBlocked(),
+		opSleep(time.Second), expectCounts(1, 0, 1), expectGet("a"), opDone("a"), expectCounts(0, 0, 0),
+	}},
+	{"processing: no change, false", []step{
+		opAdd("a"), expectGet("a"), opRemove("a", false), expectCounts(0, 1, 0),
+		opDone("a"), expectCounts(0, 0, 0), expectBlocked(),
+	}},
+	{"processing+dirty: processing, true, Done does not requeue", []step{
+		opAdd("a"), expectGet("a"), opAdd("a"), expectCounts(0, 1, 1),
+		opRemove("a", true), expectCounts(0, 1, 0), opRemove("a", false),
+		opDone("a"), expectCounts(0, 0, 0), expectBlocked(),
+	}},
+	{"processing+waiting: processing, true, deadline dropped", []step{
+		opAdd("a"), expectGet("a"), opAddAfter("a", time.Second), expectWaiting(1),
+		opRemove("a", true), expectWaiting(0), expectCounts(0, 1, 0),
+		opSleep(2 * time.Second), expectCounts(0, 1, 0),
+		opDone("a"), expectCounts(0, 0, 0), expectWaiting(0), expectBlocked(),
+	}},
+	{"after ShutDown: still removes", []step{
+		opAdd("a", "b"), opShutDown(), opRemove("a", true), expectCounts(1, 0, 1),
+		expectGet("b"), expectShutdown(), opDone("b"), expectCounts(0, 0, 0),
+	}},
+}
+
+// TestRemoveStateTable runs the Remove column of the state table against
+// every store path.
+func TestRemoveStateTable(t *testing.T) {
+	for _, row := range removeTable {
+		for _, cfg := range removeConfigs() {
+			t.Run(row.name+"/"+cfg.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					q := cfg.new()
+					for _, s := range row.steps {
+						s(t, q)
+					}
+					q.ShutDown() // the delay timer, if any
+				})
+			})
+		}
+	}
+}
+
+// TestRemoveGhostsAreBounded adds and removes keys over and over with no
+// Get: the ghosts that Remove leaves in a user's store must be dropped once
+// they outnumber the live keys, so the store holds O(live keys), and the
+// live keys keep their order through the rebuild.
+func TestRemoveGhostsAreBounded(t *testing.T) {
+	store := newRawStore()
+	q := workqueue.NewWithConfig(workqueue.Config[string]{Store: store})
+	q.Add("keep-1")
+	for i := range 10000 {
+		k := fmt.Sprint(i % 7)
+		q.Add(k)
+		require.True(t, q.Remove(k), "Remove of a ready key")
+		require.LessOrEqual(t, store.Len(), 2*q.Len()+64+1, "ghosts must not pile up (round %d)", i)
+	}
+	q.Add("keep-2")
+	require.Equal(t, 2, q.Len(), "only the kept keys are ready")
+	for _, want := range []string{"keep-1", "keep-2"} {
+		got, _ := q.Get()
+		require.Equal(t, want, got, "live keys keep their order across rebuilds")
+		q.Done(got)
+	}
+	require.Zero(t, store.Len(), "no ghost is left once the live keys are out")
+}
+
+// TestRemoveReleasesDrain checks that a drain waiting on ready keys returns
+// when Remove cancels the last of them.
+func TestRemoveReleasesDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := workqueue.New[string]()
+		q.Add("a")
+		q.Add("b")
+		done := make(chan struct{})
+		go func() {
+			q.ShutDownWithDrain()
+			close(done)
+		}()
+		synctest.Wait()
+		require.True(t, q.Remove("a"))
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("the drain must wait while b is ready")
+		default:
+		}
+		require.True(t, q.Remove("b"))
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("the drain must return once Remove left nothing ready or processing")
+		}
+	})
+}
+
+// TestRemoveMetrics checks that the gauges drop at once and that a removed
+// key records neither queue latency nor an add of its own.
+func TestRemoveMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &countingMetrics{}
+		q := workqueue.NewWithConfig(workqueue.Config[string]{Name: "q", Metrics: m})
+		q.Add("a")
+		q.AddAfter("b", time.Second)
+		q.Add("c")
+		require.Equal(t, workqueue.Stats{Ready: 2, Waiting: 1, Dirty: 2}, trimStats(m.stats()))
+		require.True(t, q.Remove("a"))
+		require.True(t, q.Remove("b"))
+		require.Equal(t, workqueue.Stats{Ready: 1, Dirty: 1}, trimStats(m.stats()), "depth and the waiting gauge drop at once")
+		c, _ := q.Get()
+		q.Add(c) // processing+dirty
+		require.True(t, q.Remove(c))
+		q.Done(c)
+		time.Sleep(2 * time.Second)
+		require.Equal(t, int64(1), m.waited.Load(), "only c, which Get handed out, records queue latency")
+		require.Equal(t, int64(3), m.added.Load(), "adds are counted when keys become due, Remove takes none back")
+		require.Equal(t, workqueue.Stats{}, trimStats(m.stats()), "nothing is left")
+		q.ShutDown()
+	})
+}
+
+// TestRemoveKeepsLimiterMemory checks that Remove cancels the run but not
+// the key's failure count: that is Forget.
+func TestRemoveKeepsLimiterMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := workqueue.NewRateLimitingQueue(workqueue.NewItemExponentialFailureRateLimiter[string](time.Second, time.Minute))
+		q.AddRateLimited("a")
+		q.AddRateLimited("a")
+		require.True(t, q.Remove("a"), "the retry is cancelled")
+		require.Equal(t, 2, q.NumRequeues("a"), "the limiter still remembers the failures")
+		require.Equal(t, workqueue.Stats{}, trimStats(q.Stats()))
+		q.ShutDown()
+	})
+}
+
+// TestRemoveConcurrent races Remove against Add, Get and Done on a few
+// keys, under -race, then drains the queue: the drain must end (no ghost
+// counted as ready, no key stuck) and leave every counter at zero.
+func TestRemoveConcurrent(t *testing.T) {
+	for _, cfg := range removeConfigs() {
+		t.Run(cfg.name, func(t *testing.T) {
+			q := cfg.new()
+			var adders, workers sync.WaitGroup
+			for w := range 4 {
+				adders.Go(func() {
+					for i := range 3000 {
+						k := fmt.Sprintf("ns%d/%d", w%2, i%5)
+						if i%3 == 1 {
+							q.Remove(k)
+						} else {
+							q.Add(k)
+						}
+					}
+				})
+			}
+			for range 2 {
+				workers.Go(func() {
+					for {
+						k, shutdown := q.Get()
+						if shutdown {
+							return
+						}
+						q.Remove(k) // processing: changes nothing, or cancels a re-add
+						q.Done(k)
+					}
+				})
+			}
+			adders.Wait()
+			q.ShutDownWithDrain()
+			workers.Wait()
+			require.Equal(t, workqueue.Stats{}, trimStats(q.Stats()), "every key is accounted for")
+			require.Zero(t, q.Len())
+		})
+	}
+}
