@@ -153,6 +153,9 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		q.metrics = cfg.Metrics.NewQueueMetrics(cfg.Name, q.Stats)
 		q.full = true // metrics keep every key's run start
 	}
+	if q.quiet > 0 {
+		q.full = true // debounced keys wait for a deadline
+	}
 	return q
 }
 
@@ -232,7 +235,7 @@ func (q *Queue[T]) addLocked(item T, prio int32) {
 		// The key waits for its burst to settle; it is counted as
 		// added when its run becomes due.
 		q.addDebounced(item, prio)
-		q.mu.Unlock()
+		q.unlock()
 		return
 	}
 	added := q.markDirty(item, prio)
@@ -726,7 +729,7 @@ func (q *Queue[T]) ShutDown() {
 		q.interrupts++
 		q.cond.Broadcast()
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if first {
 		q.reportShutDown(flushed)
 	}
@@ -803,7 +806,7 @@ func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
 	if waiting {
 		q.drainers++
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if first {
 		q.reportShutDown(flushed)
 	}
