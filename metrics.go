@@ -25,6 +25,25 @@ type MetricsProvider interface {
 	NewQueueMetrics(name string, stats func() Stats) QueueMetrics
 }
 
+// PriorityMetricsProvider is a MetricsProvider that also reports the depth
+// of a queue by priority, as controller-runtime's priority queue does. When
+// a queue's Store is a PriorityStore and its Config.Metrics implements this
+// interface, NewWithConfig calls NewPriorityQueueMetrics instead of
+// NewQueueMetrics; a queue with any other store calls NewQueueMetrics, and
+// all its keys have priority 0.
+type PriorityMetricsProvider interface {
+	MetricsProvider
+	// NewPriorityQueueMetrics is NewQueueMetrics with one more function,
+	// byPriority, which adds to m, for each priority, the number of dirty
+	// keys (those Stats counts in Dirty) whose pending run has that
+	// priority; priorities without a dirty key are left out. Like stats it
+	// is safe to call from any goroutine at any time and takes the
+	// queue's lock briefly: with NewPriorityStore it costs
+	// O(priorities + processing keys), with another PriorityStore one pass
+	// over the queue's keys. Call it when scraped, never on the hot path.
+	NewPriorityQueueMetrics(name string, stats func() Stats, byPriority func(m map[int]int)) QueueMetrics
+}
+
 // QueueMetrics receives the events of one queue. Its methods are called
 // after the queue has released its lock, from the goroutine that called
 // the queue method (or from the delay timer's goroutine), possibly

@@ -2,6 +2,8 @@ package workqueue
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -177,5 +179,98 @@ func TestMetricsLongestAfterRerun(t *testing.T) {
 		require.Equal(t, time.Second, s.UnfinishedWork)
 		q.Done(k)
 		require.Equal(t, Stats{}, r.stats(), "nothing left to age")
+	})
+}
+
+// prioRecorder is a PriorityMetricsProvider that keeps the functions it is
+// given.
+type prioRecorder struct {
+	recorder
+	byPriority func(map[int]int)
+}
+
+func (r *prioRecorder) NewPriorityQueueMetrics(name string, stats func() Stats, byPriority func(map[int]int)) QueueMetrics {
+	r.byPriority = byPriority
+	return r.NewQueueMetrics(name, stats)
+}
+
+func TestMetricsDirtyByPriority(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		plain := &prioRecorder{}
+		NewWithConfig(Config[string]{Name: "q", Metrics: plain})
+		require.Nil(t, plain.byPriority, "a queue without a PriorityStore must not offer priorities")
+		require.NotNil(t, plain.stats, "it must still ask for its metrics the usual way")
+
+		r := &prioRecorder{}
+		q := NewWithConfig(Config[string]{Name: "q", Metrics: r, Store: NewPriorityStore[string]()})
+		require.NotNil(t, r.byPriority, "a priority queue must offer its priorities to a PriorityMetricsProvider")
+		count := func() map[int]int {
+			m := map[int]int{}
+			r.byPriority(m)
+			return m
+		}
+		require.Empty(t, count(), "an empty queue has no dirty key")
+
+		q.Add("a")
+		q.AddWithPriority("b", 5)
+		q.AddWithPriority("c", -1)
+		q.AddWithPriority("c", 5)                 // raised: counted at 5 only
+		q.AddAfterWithPriority("w", time.Hour, 9) // waiting: not dirty
+		require.Equal(t, map[int]int{0: 1, 5: 2}, count(), "ready keys by the priority of their run")
+
+		k, p, _ := q.GetWithPriority()
+		require.Equal(t, "b", k)
+		require.Equal(t, 5, p)
+		require.Equal(t, map[int]int{0: 1, 5: 1}, count(), "a key handed out is no longer dirty")
+		q.AddWithPriority("b", 7) // processing+dirty: depth counts it, at 7
+		require.Equal(t, map[int]int{0: 1, 5: 1, 7: 1}, count())
+		require.Equal(t, 3, r.stats().Dirty, "byPriority must add up to Dirty")
+	})
+}
+
+// TestDirtyByPriorityMatchesScan drives a priority queue with metrics by
+// random operations and checks, after each, that the counts a provider gets
+// (from the store's levels and the processing set) are those of a pass over
+// the key table.
+func TestDirtyByPriorityMatchesScan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for seed := range 200 {
+			rng := rand.New(rand.NewPCG(uint64(seed), 0))
+			r := &prioRecorder{}
+			q := NewWithConfig(Config[int]{Name: "q", Metrics: r, Store: NewPriorityStore[int]()})
+			var held []int
+			for range 300 {
+				k, p := rng.IntN(20), rng.IntN(5)-2
+				switch rng.IntN(6) {
+				case 0:
+					q.Add(k)
+				case 1:
+					q.AddWithPriority(k, p)
+				case 2:
+					q.AddAfterWithPriority(k, time.Duration(rng.IntN(3))*time.Millisecond, p)
+				case 3:
+					if q.Len() > 0 {
+						k, _ := q.Get()
+						held = append(held, k)
+					}
+				case 4:
+					if len(held) > 0 {
+						i := rng.IntN(len(held))
+						q.Done(held[i])
+						held = slices.Delete(held, i, i+1)
+					}
+				case 5:
+					time.Sleep(time.Millisecond)
+					synctest.Wait()
+				}
+				got, want := map[int]int{}, map[int]int{}
+				r.byPriority(got)
+				q.mu.Lock()
+				q.scanDirtyByPriority(want)
+				q.mu.Unlock()
+				require.Equal(t, want, got, "seed %d: dirty keys by priority", seed)
+			}
+			q.ShutDown()
+		}
 	})
 }

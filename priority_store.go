@@ -155,6 +155,15 @@ func (s *priorityStore[T]) cut(sl prioSlot) {
 	s.shed(l)
 }
 
+// countByPriority adds to m the number of keys the store holds at each
+// priority, for the queue's metrics. O(levels): the heap holds exactly the
+// levels with live keys.
+func (s *priorityStore[T]) countByPriority(m map[int]int) {
+	for _, l := range s.heap {
+		m[l.prio] += l.live
+	}
+}
+
 // Pop removes and returns the oldest key of the highest priority. Len() > 0.
 func (s *priorityStore[T]) Pop() T {
 	l := s.heap[0]

@@ -100,6 +100,19 @@ func (p *processingSet[T]) ages(now int64, keys map[T]keyState, live int) (unfin
 	return int64(live)*now - p.sum, longest
 }
 
+// eachLive calls f with the table entry of every key being processed, once
+// each: the live records, in start order. O(records), which is within
+// twice the processing keys plus a constant.
+func (p *processingSet[T]) eachLive(keys map[T]keyState, f func(st keyState)) {
+	r := &p.order
+	for i := range r.n {
+		rec := r.buf[(r.head+i)&(len(r.buf)-1)]
+		if isLive(rec, keys) {
+			f(keys[rec.item])
+		}
+	}
+}
+
 // dirtied records that processing item was added again at now, unless an
 // earlier add already did.
 func (p *processingSet[T]) dirtied(item T, now int64) {

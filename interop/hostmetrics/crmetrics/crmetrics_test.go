@@ -1,0 +1,272 @@
+package crmetrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/interop/crpriority"
+	"github.com/go-coalesce/workqueue/interop/hostmetrics/crmetrics"
+	"github.com/go-coalesce/workqueue/interop/hostmetrics/internal/scrape"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/types"
+	clientworkqueue "k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// seq makes queue names unique, so that a test run again in the same
+// process (-count) starts from fresh series in the global registry.
+var seq atomic.Int64
+
+func unique(name string) string { return fmt.Sprintf("%s-%d", name, seq.Add(1)) }
+
+type (
+	request  = reconcile.Request
+	limiter  = clientworkqueue.TypedRateLimiter[request]
+	rlQueue  = clientworkqueue.TypedRateLimitingInterface[request]
+	newQueue = func(name string, rl limiter) rlQueue
+)
+
+// ourPlainQueue is the one line of setup for a plain queue.
+func ourPlainQueue(name string, rl limiter) rlQueue {
+	return workqueue.NewRateLimitingQueueWithConfig(rl, workqueue.Config[request]{Name: name, Metrics: crmetrics.Provider()})
+}
+
+// ourPriorityQueue is the one line of setup for crpriority.
+func ourPriorityQueue(name string, rl limiter) rlQueue {
+	return crpriority.New(rl, workqueue.Config[request]{Name: name, Metrics: crmetrics.Provider()})
+}
+
+// item is a request the source adds, at a priority.
+type item struct {
+	name string
+	prio int
+}
+
+// run runs a controller named name on the queue that newQueue makes (nil:
+// controller-runtime's default, its priority queue; usePQ false: its
+// client-go queue) with one worker, feeds it items through a source.TypedFunc
+// (with their priorities when the queue takes them), and returns two scrapes
+// of metrics.Registry for name: one while the first Reconcile is held, so
+// that every other item is queued, and one once every item has settled. "b"
+// fails once (AddRateLimited) and "c" asks to be requeued after 1ms
+// (AddAfter); every other item succeeds at once.
+func run(t *testing.T, name string, nq newQueue, usePQ bool, items []item) (mid, end map[string]scrape.Series) {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		calls   = map[string]int{}
+		held    = make(chan struct{}) // closed by the first Reconcile
+		release = make(chan struct{}) // closed by the test after its scrape
+		settled = make(chan struct{})
+		once    sync.Once
+	)
+	want := func() bool {
+		for _, it := range items {
+			n := 1
+			if it.name == "b" || it.name == "c" {
+				n = 2
+			}
+			if calls[it.name] < n {
+				return false
+			}
+		}
+		return true
+	}
+	rec := reconcile.Func(func(ctx context.Context, r request) (reconcile.Result, error) {
+		mu.Lock()
+		calls[r.Name]++
+		n, total := calls[r.Name], 0
+		for _, c := range calls {
+			total += c
+		}
+		mu.Unlock()
+		if total == 1 {
+			close(held)
+			<-release
+		}
+		defer func() {
+			mu.Lock()
+			if want() {
+				once.Do(func() { close(settled) })
+			}
+			mu.Unlock()
+		}()
+		switch {
+		case r.Name == "b" && n == 1:
+			return reconcile.Result{}, errors.New("transient")
+		case r.Name == "c" && n == 1:
+			return reconcile.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		return reconcile.Result{}, nil
+	})
+	skip := true
+	c, err := controller.NewTypedUnmanaged(name, controller.TypedOptions[request]{
+		Reconciler:              rec,
+		MaxConcurrentReconciles: 1,
+		SkipNameValidation:      &skip,
+		NewQueue:                nq,
+		UsePriorityQueue:        &usePQ,
+	})
+	require.NoError(t, err)
+	require.NoError(t, c.Watch(source.TypedFunc[request](func(ctx context.Context, q rlQueue) error {
+		for _, it := range items {
+			r := request{NamespacedName: types.NamespacedName{Namespace: "default", Name: it.name}}
+			if pq, ok := q.(priorityqueue.PriorityQueue[request]); ok {
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: &it.prio}, r)
+			} else {
+				q.Add(r)
+			}
+		}
+		return nil
+	})))
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Start(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-stopped)
+	}()
+
+	select {
+	case <-held:
+	case err := <-stopped:
+		t.Fatalf("controller %s stopped early: %v", name, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("controller %s never reconciled", name)
+	}
+	mid, err = scrape.Of(metrics.Registry, name)
+	close(release)
+	require.NoError(t, err, "a scrape of metrics.Registry must not fail")
+
+	select {
+	case <-settled:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("controller %s did not settle", name)
+	}
+	// The last Reconcile has returned; its Done follows at once. Scrape
+	// once the queue holds nothing: its depth and work counts are final.
+	require.Eventually(t, func() bool {
+		s, err := scrape.Of(metrics.Registry, name)
+		if err != nil {
+			return false
+		}
+		end = s
+		return end[`workqueue_work_duration_seconds{controller=Q,name=Q}`].Value == float64(len(items)+2)
+	}, 30*time.Second, time.Millisecond, "every run of %s must be counted", name)
+	return mid, end
+}
+
+// deterministic are the families whose values do not depend on timing.
+var deterministic = []string{"workqueue_depth", "workqueue_adds_total", "workqueue_retries_total",
+	"workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"}
+
+// TestPlainQueueReportsLikeControllerRuntimesQueues runs one controller on
+// our plain queue (the NewQueue one-liner), one on controller-runtime's
+// default queue (its priority queue) and one on its client-go queue, each
+// under its own name, and compares what metrics.Registry shows for each
+// name. Ours must have exactly the series of controller-runtime's default
+// queue (names, types, help, labels including controller and
+// priority="0", buckets, native-histogram settings) with the same values
+// for everything that does not depend on timing, mid-run and at the end;
+// the client-go queue's differ only in depth's priority label, which
+// controller-runtime leaves empty for it.
+func TestPlainQueueReportsLikeControllerRuntimesQueues(t *testing.T) {
+	items := []item{{"a", 0}, {"b", 0}, {"c", 0}, {"d", 0}, {"e", 0}}
+	oursMid, oursEnd := run(t, unique("plain-ours"), ourPlainQueue, true, items)
+	crMid, crEnd := run(t, unique("plain-cr"), nil, true, items)
+	cgMid, cgEnd := run(t, unique("plain-clientgo"), nil, false, items)
+
+	require.Equal(t, scrape.Shapes(crEnd), scrape.Shapes(oursEnd), "our series must be controller-runtime's priority queue's")
+	require.Equal(t, scrape.Values(crMid, deterministic...), scrape.Values(oursMid, deterministic...), "mid-run values must agree")
+	require.Equal(t, scrape.Values(crEnd, deterministic...), scrape.Values(oursEnd, deterministic...), "final values must agree")
+	require.Equal(t, 4.0, oursMid[`workqueue_depth{controller=Q,name=Q,priority=0}`].Value, "mid-run: four requests wait behind the held one")
+	require.Equal(t, 7.0, oursEnd[`workqueue_adds_total{controller=Q,name=Q}`].Value, "five adds and two requeues")
+	require.Equal(t, 2.0, oursEnd[`workqueue_retries_total{controller=Q,name=Q}`].Value, "one AddRateLimited and one AddAfter")
+
+	// Exact at scrape time: the held Reconcile is running, so ours report
+	// its age; controller-runtime's are refreshed every 500 ms and may
+	// still read 0.
+	require.Positive(t, oursMid[`workqueue_longest_running_processor_seconds{controller=Q,name=Q}`].Value)
+	require.Positive(t, oursMid[`workqueue_unfinished_work_seconds{controller=Q,name=Q}`].Value)
+	require.Zero(t, oursEnd[`workqueue_longest_running_processor_seconds{controller=Q,name=Q}`].Value, "nothing runs at the end")
+
+	// The client-go queue: the same series but for depth's priority label.
+	relabel := func(ss map[string]scrape.Series) map[string]scrape.Series {
+		out := map[string]scrape.Series{}
+		for _, s := range ss {
+			if s.Family == "workqueue_depth" {
+				s.Labels = "controller=Q,name=Q,priority=0"
+			}
+			out[s.Key()] = s
+		}
+		return out
+	}
+	require.Contains(t, cgEnd, `workqueue_depth{controller=Q,name=Q,priority=}`)
+	require.Equal(t, scrape.Shapes(relabel(cgEnd)), scrape.Shapes(oursEnd), "a client-go queue differs only in depth's priority label")
+	require.Equal(t, scrape.Values(relabel(cgMid), deterministic...), scrape.Values(oursMid, deterministic...))
+	require.Equal(t, scrape.Values(relabel(cgEnd), deterministic...), scrape.Values(oursEnd, deterministic...))
+}
+
+// TestPriorityQueueReportsLikeControllerRuntimesPriorityQueue does the same
+// for crpriority against controller-runtime's priority queue, with requests
+// at two priorities: depth is labelled by priority in both.
+func TestPriorityQueueReportsLikeControllerRuntimesPriorityQueue(t *testing.T) {
+	items := []item{{"a", 0}, {"b", 0}, {"c", 0}, {"low1", -100}, {"low2", -100}}
+	oursMid, oursEnd := run(t, unique("prio-ours"), ourPriorityQueue, true, items)
+	crMid, crEnd := run(t, unique("prio-cr"), nil, true, items)
+
+	require.Equal(t, scrape.Shapes(crEnd), scrape.Shapes(oursEnd), "our series must be controller-runtime's priority queue's")
+	require.Equal(t, scrape.Values(crMid, deterministic...), scrape.Values(oursMid, deterministic...), "mid-run values must agree")
+	require.Equal(t, scrape.Values(crEnd, deterministic...), scrape.Values(oursEnd, deterministic...), "final values must agree")
+	require.Equal(t, 2.0, oursMid[`workqueue_depth{controller=Q,name=Q,priority=0}`].Value, "mid-run: two requests at 0 behind the held one")
+	require.Equal(t, 2.0, oursMid[`workqueue_depth{controller=Q,name=Q,priority=-100}`].Value, "mid-run: two requests at -100")
+}
+
+// TestSameNameAsClientGoQueue puts a client-go queue (reporting through
+// controller-runtime's global provider) and one of ours under one name:
+// the scrape succeeds, the counters are shared, and the age gauges are
+// combined into one series.
+func TestSameNameAsClientGoQueue(t *testing.T) {
+	name := unique("shared")
+	theirs := clientworkqueue.NewTypedRateLimitingQueueWithConfig(clientworkqueue.DefaultTypedControllerRateLimiter[string](),
+		clientworkqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+	defer theirs.ShutDown()
+	ours := workqueue.NewRateLimitingQueueWithConfig(workqueue.DefaultControllerRateLimiter[string](),
+		workqueue.Config[string]{Name: name, Metrics: crmetrics.Provider()})
+	defer ours.ShutDown()
+	for _, k := range []string{"x", "y"} {
+		theirs.Add(k)
+		ours.Add(k)
+	}
+	k, _ := ours.Get()
+	defer ours.Done(k)
+
+	s, err := scrape.Of(metrics.Registry, name)
+	require.NoError(t, err, "two queues of one name must not break the scrape")
+	require.Equal(t, 4.0, s[`workqueue_adds_total{controller=Q,name=Q}`].Value, "the adds counter is shared")
+	require.Equal(t, 2.0, s[`workqueue_depth{controller=Q,name=Q,priority=}`].Value, "client-go's depth, unlabelled by priority")
+	require.Equal(t, 1.0, s[`workqueue_depth{controller=Q,name=Q,priority=0}`].Value, "ours, at priority 0")
+	require.Contains(t, s, `workqueue_longest_running_processor_seconds{controller=Q,name=Q}`)
+	require.Positive(t, s[`workqueue_longest_running_processor_seconds{controller=Q,name=Q}`].Value, "ours is running a key now")
+}
+
+// TestProviderIsOnePerProcess checks that every call gives the same
+// Provider, so the host's gauges are wrapped once.
+func TestProviderIsOnePerProcess(t *testing.T) {
+	require.Same(t, crmetrics.Provider(), crmetrics.Provider())
+	_, err := crmetrics.NewProvider()
+	require.NoError(t, err)
+}

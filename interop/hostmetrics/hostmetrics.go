@@ -1,0 +1,461 @@
+// Package hostmetrics reports the metrics of github.com/go-coalesce/workqueue
+// queues into the workqueue_* families that a host framework has already
+// registered for client-go's queues, so that a controller moved onto our
+// queue keeps its series (same names, labels, buckets and help) on the
+// host's /metrics, next to those of the client-go queues in the same
+// process, with no second registration.
+//
+// Its subpackages hold the one line of setup per host:
+//
+//	crmetrics.Provider()   // controller-runtime: sigs.k8s.io/controller-runtime/pkg/metrics.Registry
+//	kubemetrics.Provider() // component-base binaries (kube-controller-manager): legacyregistry
+//
+// This package is the mechanism they share; a host whose families live on
+// a Prometheus registry can use it directly through New.
+//
+// # How the families are shared
+//
+// Counters and histograms are the host's own: workqueue_adds_total,
+// workqueue_retries_total, workqueue_queue_duration_seconds and
+// workqueue_work_duration_seconds are updated through the host's children
+// for the queue's labels, exactly as the host's client-go provider updates
+// them, so buckets and native-histogram settings are the host's by
+// construction.
+//
+// The host's gauges (workqueue_depth, workqueue_unfinished_work_seconds,
+// workqueue_longest_running_processor_seconds) are push-style: client-go
+// calls Inc, Dec and Set on them, and refreshes the two age gauges every
+// 500 ms from a goroutine per queue. Ours are exact at scrape time instead,
+// read from the queue's Stats when the host's registry is gathered. To put
+// both in one family, New takes each host gauge collector off the registry
+// and registers in its place a collector that reports the host's series
+// plus ours: a series of one of our queues is the host's series for the
+// same labels (kept in existence through the host's own vector, at 0,
+// exactly as a client-go queue creates it) with the queue's current value
+// added, or for the longest running processor the larger of the two. So a
+// client-go queue and one of ours with the same name report as one queue,
+// as two client-go queues of one name do, and nothing is registered twice.
+// The trade-off: the host's gauge collectors are replaced on the registry
+// (their values and series are all still reported, and the host keeps
+// writing to them), which is why New is called once per registry, by the
+// subpackages, and never for a registry where the families are absent; and
+// a scrape that runs while New swaps a family may miss that family once.
+//
+// A queue that has shut down and has nothing ready, waiting or processing
+// stops contributing (its series stay, at the value the host holds, 0),
+// and is forgotten by the Provider; see the Prometheus adapter of the core
+// module for the same rule.
+package hostmetrics
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Counter is a host counter child: Inc is all a queue needs.
+type Counter interface{ Inc() }
+
+// Observer is a host histogram child.
+type Observer interface{ Observe(float64) }
+
+// GaugeFamily is one of the host's gauge families.
+type GaugeFamily struct {
+	// Collector is the host's gauge vector, as registered on
+	// Host.Registerer. Its Describe must yield exactly one Desc.
+	Collector prometheus.Collector
+	// Touch makes the host's series for the label values exist (at 0 if
+	// new), through the host's own vector, as a client-go queue's
+	// constructor does.
+	Touch func(labelValues ...string)
+}
+
+// Host describes where a host registered its workqueue families and how a
+// queue named name is labelled in them.
+type Host struct {
+	// Registerer holds the three gauge families; New replaces them there.
+	Registerer prometheus.Registerer
+	// Labels returns the label values of a queue named name, in the order
+	// of the families' label names; depth's priority label, when the host
+	// has one, is not included.
+	Labels func(name string) []string
+	// Priority tells that depth has one more label, last: the priority of
+	// the pending runs it counts, as in controller-runtime's priority
+	// queue. A queue without a PriorityStore reports all its keys at
+	// priority 0.
+	Priority bool
+	// The host's counter and histogram children for the given label values.
+	Adds, Retries         func(labelValues ...string) Counter
+	Latency, WorkDuration func(labelValues ...string) Observer
+	// The host's gauge families.
+	Depth, Unfinished, Longest GaugeFamily
+}
+
+// MaxPriorities bounds the priority label values of one name, as
+// controller-runtime does: once a name has shown more distinct priorities,
+// its depth is reported under the single value PriorityOverflow.
+const (
+	MaxPriorities    = 25
+	PriorityOverflow = "exceeded_cardinality_limit"
+)
+
+// Provider reports queues into a host's families: set it as
+// workqueue.Config.Metrics, together with a Config.Name. One Provider serves
+// any number of queues. The zero value is not usable; use New (or a
+// subpackage). A Provider is safe for concurrent use.
+type Provider struct {
+	host Host // set in New, read-only afterwards
+
+	mu     sync.Mutex          // protects queues and prios
+	queues []*liveQueue        // queues whose gauges are reported, in creation order
+	prios  map[string]prioSeen // by queue name: the priority labels its depth has shown
+}
+
+// prioSeen is the set of priority labels shown for one name; overflow is
+// set once there were more than MaxPriorities.
+type prioSeen struct {
+	labels   map[string]struct{}
+	overflow bool
+}
+
+// liveQueue is one queue whose gauges a Provider reports.
+type liveQueue struct {
+	labels     []string // Host.Labels(name)
+	stats      func() workqueue.Stats
+	byPriority func(map[int]int) // nil without a PriorityStore
+	name       string
+	shutDown   atomic.Bool // set by QueueMetrics.ShutDown
+}
+
+var (
+	_ workqueue.MetricsProvider         = (*Provider)(nil)
+	_ workqueue.PriorityMetricsProvider = (*Provider)(nil)
+)
+
+// New returns a Provider for h. It replaces each of the host's three gauge
+// collectors on h.Registerer by a collector that reports the host's series
+// and the queues' (see the package doc), and fails, leaving the registry as
+// it was, if one of them is not registered there. Call it once per
+// registry: a second call would wrap the wrappers.
+func New(h Host) (*Provider, error) {
+	p := &Provider{host: h, prios: map[string]prioSeen{}}
+	fams := []struct {
+		f    GaugeFamily
+		kind gaugeKind
+	}{{h.Depth, depthGauge}, {h.Unfinished, unfinishedGauge}, {h.Longest, longestGauge}}
+	var done []*mergedGauge
+	undo := func() {
+		for _, m := range done {
+			h.Registerer.Unregister(m)
+			_ = h.Registerer.Register(m.host.Collector)
+		}
+	}
+	for _, f := range fams {
+		desc, err := onlyDesc(f.f.Collector)
+		if err != nil {
+			undo()
+			return nil, err
+		}
+		m := &mergedGauge{p: p, host: f.f, desc: desc, kind: f.kind}
+		if !h.Registerer.Unregister(f.f.Collector) {
+			undo()
+			return nil, fmt.Errorf("hostmetrics: %s is not registered where the host's workqueue metrics should be", desc)
+		}
+		if err := h.Registerer.Register(m); err != nil {
+			_ = h.Registerer.Register(f.f.Collector)
+			undo()
+			return nil, fmt.Errorf("hostmetrics: registering the merged %s: %w", desc, err)
+		}
+		done = append(done, m)
+	}
+	return p, nil
+}
+
+func onlyDesc(c prometheus.Collector) (*prometheus.Desc, error) {
+	ch := make(chan *prometheus.Desc, 4)
+	c.Describe(ch)
+	close(ch)
+	var descs []*prometheus.Desc
+	for d := range ch {
+		descs = append(descs, d)
+	}
+	if len(descs) != 1 {
+		return nil, errors.New("hostmetrics: a host gauge collector must describe exactly one family")
+	}
+	return descs[0], nil
+}
+
+// NewQueueMetrics implements workqueue.MetricsProvider. The queue's series
+// exist from then on, as a client-go queue's do from its constructor: depth
+// (at priority 0 where the host has that label), the two age gauges, and
+// the counters and histograms at zero.
+func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) workqueue.QueueMetrics {
+	return p.newQueueMetrics(name, stats, nil)
+}
+
+// NewPriorityQueueMetrics implements workqueue.PriorityMetricsProvider: a
+// queue with a PriorityStore reports its depth by priority where the host
+// labels depth with it (and its total depth otherwise). Its depth series
+// appear from the first scrape that finds a key at a priority, as
+// controller-runtime's appear at the first add at that priority.
+func (p *Provider) NewPriorityQueueMetrics(name string, stats func() workqueue.Stats, byPriority func(map[int]int)) workqueue.QueueMetrics {
+	return p.newQueueMetrics(name, stats, byPriority)
+}
+
+func (p *Provider) newQueueMetrics(name string, stats func() workqueue.Stats, byPriority func(map[int]int)) workqueue.QueueMetrics {
+	h := &p.host
+	lvs := h.Labels(name)
+	live := &liveQueue{labels: lvs, stats: stats, name: name}
+	if h.Priority {
+		live.byPriority = byPriority
+		if byPriority == nil {
+			h.Depth.Touch(append(lvs[:len(lvs):len(lvs)], "0")...)
+		}
+	} else {
+		h.Depth.Touch(lvs...)
+	}
+	h.Unfinished.Touch(lvs...)
+	h.Longest.Touch(lvs...)
+	p.mu.Lock()
+	p.queues = append(p.queues, live)
+	p.mu.Unlock()
+	return &queueMetrics{
+		adds:         h.Adds(lvs...),
+		retries:      h.Retries(lvs...),
+		queueLatency: h.Latency(lvs...),
+		workDuration: h.WorkDuration(lvs...),
+		live:         live,
+	}
+}
+
+// queueMetrics receives the events of one queue; the host's children are
+// looked up once, so each event is one update with no label lookup.
+type queueMetrics struct {
+	adds, retries              Counter
+	queueLatency, workDuration Observer
+	live                       *liveQueue
+}
+
+// Added implements workqueue.QueueMetrics.
+func (m *queueMetrics) Added() { m.adds.Inc() }
+
+// Retried implements workqueue.QueueMetrics.
+func (m *queueMetrics) Retried() { m.retries.Inc() }
+
+// Waited implements workqueue.QueueMetrics.
+func (m *queueMetrics) Waited(d time.Duration) { m.queueLatency.Observe(d.Seconds()) }
+
+// Worked implements workqueue.QueueMetrics.
+func (m *queueMetrics) Worked(d time.Duration) { m.workDuration.Observe(d.Seconds()) }
+
+// ShutDown implements workqueue.QueueMetrics. It marks the queue: the next
+// scrapes decide, from Stats, when it stops contributing.
+func (m *queueMetrics) ShutDown() { m.live.shutDown.Store(true) }
+
+type gaugeKind int
+
+const (
+	depthGauge gaugeKind = iota
+	unfinishedGauge
+	longestGauge
+)
+
+// mergedGauge stands on the registry in place of one host gauge family.
+type mergedGauge struct {
+	p    *Provider
+	host GaugeFamily
+	desc *prometheus.Desc // the host's
+	kind gaugeKind
+}
+
+// Describe implements prometheus.Collector with the host's Desc, so the
+// registry checks our series against the host's family as before.
+func (m *mergedGauge) Describe(ch chan<- *prometheus.Desc) { ch <- m.desc }
+
+// Collect implements prometheus.Collector: the host's series, with the
+// current values of our queues combined into those of the same labels, and
+// our series the host does not have yet (which it is then told to keep).
+func (m *mergedGauge) Collect(ch chan<- prometheus.Metric) {
+	// Key our series as the host's come: by their labels sorted by name,
+	// which is how a written metric carries them.
+	ours := map[string]*value{}
+	for _, v := range m.p.values(m.kind) {
+		var d dto.Metric
+		if err := prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, 0, v.labels...).Write(&d); err == nil {
+			ours[labelKey(d.GetLabel())] = v
+		}
+	}
+
+	hostCh := make(chan prometheus.Metric, 16)
+	go func() {
+		m.host.Collector.Collect(hostCh)
+		close(hostCh)
+	}()
+	for metric := range hostCh {
+		var d dto.Metric
+		if err := metric.Write(&d); err != nil {
+			ch <- metric // let the registry report it
+			continue
+		}
+		key := labelKey(d.GetLabel())
+		v, ok := ours[key]
+		if !ok {
+			ch <- metric
+			continue
+		}
+		delete(ours, key)
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.combine(d.GetGauge().GetValue(), v.v), v.labels...)
+	}
+	for _, v := range ours {
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, v.v, v.labels...)
+		m.host.Touch(v.labels...) // the host keeps the series from now on, as for its own queues
+	}
+}
+
+func (m *mergedGauge) combine(host, ours float64) float64 {
+	if m.kind == longestGauge {
+		return max(host, ours)
+	}
+	return host + ours
+}
+
+// value is one series of our queues: label values (in the family's order)
+// and the combined value of every queue with them.
+type value struct {
+	labels []string
+	v      float64
+}
+
+// values returns our queues' series of one gauge family. It
+// reads every live queue's Stats (and priorities, for depth), so a scrape
+// costs one brief lock of each queue per family, and forgets the queues
+// that have shut down with nothing left.
+func (p *Provider) values(kind gaugeKind) []*value {
+	// Stats takes the queue's lock, so it is called without p.mu held: a
+	// scrape never holds two locks at once.
+	p.mu.Lock()
+	queues := append([]*liveQueue(nil), p.queues...)
+	p.mu.Unlock()
+
+	byKey := make(map[string]*value)
+	var out []*value
+	add := func(lvs []string, v float64) {
+		k := strings.Join(lvs, "\xff")
+		if cur, ok := byKey[k]; ok {
+			if kind == longestGauge {
+				cur.v = max(cur.v, v)
+			} else {
+				cur.v += v
+			}
+			return
+		}
+		byKey[k] = &value{labels: lvs, v: v}
+		out = append(out, byKey[k])
+	}
+	var finished []*liveQueue
+	for _, q := range queues {
+		// Load shutDown before Stats: a shut-down queue found empty
+		// stays empty (Add and AddAfter are ignored after ShutDown).
+		down := q.shutDown.Load()
+		s := q.stats()
+		if down && s.Ready == 0 && s.Waiting == 0 && s.Processing == 0 {
+			finished = append(finished, q)
+			continue
+		}
+		switch kind {
+		case unfinishedGauge:
+			add(q.labels, s.UnfinishedWork.Seconds())
+		case longestGauge:
+			add(q.labels, s.LongestRunning.Seconds())
+		case depthGauge:
+			if !p.host.Priority {
+				add(q.labels, float64(s.Dirty))
+				continue
+			}
+			if q.byPriority == nil {
+				add(withPriority(q.labels, "0"), float64(s.Dirty))
+				continue
+			}
+			counts := map[int]int{}
+			q.byPriority(counts)
+			overflow := p.seePriorities(q.name, counts)
+			for prio, n := range counts {
+				l := PriorityOverflow
+				if !overflow {
+					l = strconv.Itoa(prio)
+				}
+				add(withPriority(q.labels, l), float64(n))
+			}
+		}
+	}
+	if len(finished) > 0 {
+		p.forget(finished)
+	}
+	return out
+}
+
+// seePriorities records the priorities of counts as shown in the depth of
+// queues named name, and reports whether that name is past MaxPriorities,
+// so that its depth goes under PriorityOverflow from now on (as in
+// controller-runtime; the per-priority series stay, at the host's value).
+func (p *Provider) seePriorities(name string, counts map[int]int) (overflow bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.prios[name]
+	if s.overflow {
+		return true
+	}
+	for prio := range counts {
+		if s.labels == nil {
+			s.labels = map[string]struct{}{}
+			p.prios[name] = s
+		}
+		s.labels[strconv.Itoa(prio)] = struct{}{}
+	}
+	if len(s.labels) > MaxPriorities {
+		p.prios[name] = prioSeen{overflow: true}
+		return true
+	}
+	return false
+}
+
+// forget stops reporting the given queues and drops the Provider's
+// references to them.
+func (p *Provider) forget(finished []*liveQueue) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := p.queues[:0]
+	for _, q := range p.queues {
+		drop := false
+		for _, f := range finished {
+			drop = drop || q == f
+		}
+		if !drop {
+			kept = append(kept, q)
+		}
+	}
+	clear(p.queues[len(kept):])
+	p.queues = kept
+}
+
+func withPriority(lvs []string, prio string) []string {
+	return append(lvs[:len(lvs):len(lvs)], prio)
+}
+
+// labelKey names a series of a family by its label values, in the order
+// of their names, as a written metric lists them.
+func labelKey(pairs []*dto.LabelPair) string {
+	vs := make([]string, len(pairs))
+	for i, lp := range pairs {
+		vs[i] = lp.GetValue()
+	}
+	return strings.Join(vs, "\xff")
+}
