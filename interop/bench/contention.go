@@ -24,21 +24,41 @@ type typedQueue[T comparable] interface {
 	ShutDown()
 }
 
-// keySource turns a sequence number into a key. Strings come from a table
-// made before the timer starts, so that the workload allocates nothing of its
+// keySource turns a sequence number into a key, and exit(i) into one of a
+// second family that never meets the first. Strings come from tables made
+// before the timer starts, so that the workload allocates nothing of its
 // own; a sequence number is reused only after keyRing others, far more than
 // are ever in flight at once.
-type keySource[T comparable] func(i uint64) T
+type keySource[T comparable] struct {
+	key, exit func(i uint64) T
+}
 
-const keyRing = 1 << 16
+const keyRing = 1 << 18
 
-func intKeys() keySource[int] { return func(i uint64) int { return int(i) } }
+func intKeys() keySource[int] {
+	return keySource[int]{
+		key:  func(i uint64) int { return int(i) },
+		exit: func(i uint64) int { return -1 - int(i) },
+	}
+}
 
-var ringKeys = sync.OnceValue(func() []string { return Keys(keyRing) })
+var (
+	ringKeys = sync.OnceValue(func() []string { return Keys(keyRing) })
+	exitKeys = sync.OnceValue(func() []string {
+		keys := make([]string, 4096)
+		for i := range keys {
+			keys[i] = "exit/" + strconv.Itoa(i)
+		}
+		return keys
+	})
+)
 
 func stringKeys() keySource[string] {
-	keys := ringKeys()
-	return func(i uint64) string { return keys[i&(keyRing-1)] }
+	keys, exits := ringKeys(), exitKeys()
+	return keySource[string]{
+		key:  func(i uint64) string { return keys[i&(keyRing-1)] },
+		exit: func(i uint64) string { return exits[i%uint64(len(exits))] },
+	}
 }
 
 // distinct is contention with distinct keys: mult*GOMAXPROCS goroutines each
@@ -51,12 +71,18 @@ func distinct[T comparable](b *testing.B, q typedQueue[T], key keySource[T], mul
 	b.SetParallelism(mult)
 	b.ReportAllocs()
 	b.ResetTimer()
+	var exits atomic.Uint64
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			q.Add(key(next.Add(1)))
+			q.Add(key.key(next.Add(1)))
 			k, _ := q.Get()
 			q.Done(k)
 		}
+		// A key can come round again (strings, after keyRing adds)
+		// while a stalled goroutine still holds it, and then its Add
+		// coalesces and some Get is owed a key. Each goroutine that
+		// leaves adds a key of its own, so no Get waits forever.
+		q.Add(key.exit(exits.Add(1)))
 	})
 }
 
@@ -91,7 +117,7 @@ func workerPool[T comparable](b *testing.B, q typedQueue[T], key keySource[T], p
 			lo, hi := seq+uint64(p*n/producers), seq+uint64((p+1)*n/producers)
 			added.Go(func() {
 				for i := lo; i < hi; i++ {
-					q.Add(key(i))
+					q.Add(key.key(i))
 				}
 			})
 		}
