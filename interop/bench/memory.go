@@ -28,6 +28,10 @@ type MemWorkload struct {
 	// RunOurs and RunTheirs add n distinct keys to a new queue, drain them
 	// and report the heap grown and kept.
 	RunOurs, RunTheirs func(n int) MemResult
+	// RunFloor, if set, does the same on the plain floor (floorCond: a Go
+	// map of one flag per key and a ring), the least any queue built on a
+	// Go map and a separate FIFO can hold.
+	RunFloor func(n int) MemResult
 }
 
 // MemWorkloads returns the memory comparisons, in the order of the table.
@@ -54,6 +58,9 @@ func memWorkloads[T comparable](suffix string, keys func(n int) []T) []MemWorklo
 		{
 			Name: "memory-plain-" + suffix, Doc: "plain queue, " + suffix + " keys", Goal: 0.8,
 			RunOurs: ours(func() workqueue.Config[T] { return workqueue.Config[T]{} }), RunTheirs: theirs,
+			RunFloor: func(n int) MemResult {
+				return memoryAfterBurst(keys(n), func() typedQueue[T] { return newFloorCond[T]() })
+			},
 		},
 		{
 			Name: "memory-metrics-" + suffix, Doc: "metrics on (no-op provider), " + suffix + " keys, against client-go without metrics", Goal: 1.0,

@@ -104,6 +104,9 @@ func main() {
 				m.theirs = append(m.theirs, m.w.RunTheirs(m.keys))
 				m.ours = append(m.ours, m.w.RunOurs(m.keys))
 			}
+			if m.w.RunFloor != nil {
+				m.floor = append(m.floor, m.w.RunFloor(m.keys))
+			}
 		}
 	}
 
@@ -275,6 +278,7 @@ type memRow struct {
 	w            bench.MemWorkload
 	keys         int
 	ours, theirs []bench.MemResult
+	floor        []bench.MemResult // when w.RunFloor is set
 }
 
 // peakRatio is the median over the rounds of ours/theirs peak growth.
@@ -410,9 +414,13 @@ func (rep report) table() string {
 		o, t := medianMem(m.ours), medianMem(m.theirs)
 		lo, hi := m.spread()
 		kept := keptShare(o)
-		fmt.Fprintf(&sb, "| %s: %d keys, peak growth | %s | | | client-go plain | %s | | | **%.2f** (%.2f–%.2f) | %s | kept after drain: %s (%.2f%% of peak) %s |\n",
+		floor := ""
+		if len(m.floor) > 0 {
+			floor = fmt.Sprintf("floor %.2f (%s); ", float64(medianMem(m.floor).Peak)/math.Max(1, float64(t.Peak)), bytesString(medianMem(m.floor).Peak))
+		}
+		fmt.Fprintf(&sb, "| %s: %d keys, peak growth | %s | | | client-go plain | %s | | | **%.2f** (%.2f–%.2f) | %s | %skept after drain: %s (%.2f%% of peak) %s |\n",
 			m.w.Name, m.keys, bytesString(o.Peak), bytesString(t.Peak), m.peakRatio(), lo, hi, verdict(m.peakRatio(), m.w.Goal),
-			bytesString(o.Kept), 100*kept, map[bool]string{true: "≤ 10% ✓", false: "≤ 10% ✗"}[kept <= 0.1])
+			floor, bytesString(o.Kept), 100*kept, map[bool]string{true: "≤ 10% ✓", false: "≤ 10% ✗"}[kept <= 0.1])
 	}
 	return sb.String()
 }
@@ -457,7 +465,9 @@ func (rep report) perfMD(table string) string {
 		"the median of each round's ratio of ours to that floor.\n")
 	sb.WriteString("- `memory-*`: live heap (after GC) grown by adding that many distinct keys to our queue in the named configuration, " +
 		"against client-go's plain queue with the same keys, and what ours still holds once they are all drained while the queue is " +
-		"still referenced; the keys themselves are not counted. Medians of up to 3 interleaved rounds, with the rounds' range.\n")
+		"still referenced; the keys themselves are not counted. Medians of up to 3 interleaved rounds, with the rounds' range. " +
+		"The plain rows' floor is the contention floor (a Go map of one flag per key and a ring): the least a queue that keeps a " +
+		"Go map and a separate FIFO can hold, so a goal below it needs a table that is also the FIFO.\n")
 	sb.WriteString("- `slow half`: the contended rows are bimodal (see the README); this compares the medians of the slower half of " +
 		"each library's rounds.\n")
 	if rep.quick {
