@@ -95,16 +95,20 @@ func TestDebounce(t *testing.T) {
 		{
 			name: "burst longer than MaxWait: a run every MaxWait while it lasts",
 			script: func(q *workqueue.Queue[string], start time.Time) {
+				// Every 30ms, so that no Add falls on the instant a run
+				// becomes due (which of the two goes first would be up to
+				// the scheduler).
 				var offs []time.Duration
-				for i := 0; i <= 2500/50; i++ {
-					offs = append(offs, ms(50*i))
+				for i := 0; i <= 2490/30; i++ {
+					offs = append(offs, ms(30*i))
 				}
 				addsAt(q, start, "a", offs...)
 			},
-			// First burst 0..1000: capped at 1000. The next burst starts
-			// with the Add at 1050 and is capped at 2050; the last Add at
-			// 2500 makes the third run due at 2600.
-			wantRuns: []time.Duration{ms(1000), ms(2050), ms(2600)},
+			// The first burst is capped at 0+1000. The next starts with
+			// the Add at 1020, the first after that run started, and is
+			// capped at 2020; the last Add, at 2490, makes the third run
+			// due at 2590.
+			wantRuns: []time.Duration{ms(1000), ms(2020), ms(2590)},
 		},
 		{
 			name: "AddAfter inside a burst: the fixed time wins when earlier",

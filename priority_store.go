@@ -322,3 +322,29 @@ func (s *priorityStore[T]) unheap(i int) {
 		s.heap = append(make([]*prioLevel[T], 0, c/2), s.heap...)
 	}
 }
+
+// each calls yield with the keys in the order Pop would hand them out,
+// until it returns false. It does not change the store and allocates
+// nothing: the heap is not sorted, so each level is found by a scan of the
+// heap for the highest priority below the previous level's, O(L) per
+// level visited for L levels (few, in practice).
+func (s *priorityStore[T]) each(yield func(T) bool) {
+	var prev *prioLevel[T]
+	for {
+		var l *prioLevel[T]
+		for _, c := range s.heap {
+			if (prev == nil || c.prio < prev.prio) && (l == nil || c.prio > l.prio) {
+				l = c
+			}
+		}
+		if l == nil {
+			return
+		}
+		for i := range l.fifo.n {
+			if e := l.fifo.buf[(l.fifo.head+i)&(len(l.fifo.buf)-1)]; e.ok && !yield(e.item) {
+				return
+			}
+		}
+		prev = l
+	}
+}

@@ -159,3 +159,13 @@ func reuse[E any](free *[]*E) *E {
 	}
 	return new(E)
 }
+
+// each calls yield with the items oldest first, until it returns false.
+// It does not change the ring.
+func (r *ring[T]) each(yield func(T) bool) {
+	for i := range r.n {
+		if !yield(r.buf[(r.head+i)&(len(r.buf)-1)]) {
+			return
+		}
+	}
+}

@@ -3,7 +3,7 @@ module github.com/go-coalesce/workqueue/prometheus
 go 1.26.0
 
 require (
-	github.com/go-coalesce/workqueue v0.0.0
+	github.com/go-coalesce/workqueue v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/stretchr/testify v1.12.1

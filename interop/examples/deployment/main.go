@@ -11,19 +11,37 @@
 // arrive, and never two syncs of one Deployment at once.
 //
 //	go run ./examples/deployment
+//
+// With -debug-addr, the example also serves the work queue's debug page
+// (github.com/go-coalesce/workqueue/debug) and pprof on that address, and
+// after the story it keeps the controller running under a steady load until
+// interrupted: slow syncs, periodic requeues, spec updates and one
+// Deployment whose sync always fails, so that the page has something to
+// show:
+//
+//	go run ./examples/deployment -debug-addr 127.0.0.1:8080
+//	# then open http://127.0.0.1:8080/debug/workqueue
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
+	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/debug"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -40,9 +58,25 @@ import (
 )
 
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	debugAddr := flag.String("debug-addr", "",
+		"serve the work queue debug page and pprof on this address (for example 127.0.0.1:8080), "+
+			"and keep the controller running under load after the story until interrupted")
+	flag.Parse()
+	var (
+		ctx    context.Context
+		cancel context.CancelFunc
+		opts   Options
+	)
+	if *debugAddr == "" {
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	} else {
+		ctx, cancel = signal.NotifyContext(context.Background(), os.Interrupt)
+		opts = Options{DebugAddr: *debugAddr, Live: true, OnServe: func(url string) {
+			fmt.Printf("debug page: %s/debug/workqueue (JSON: ?format=json; pprof: %s/debug/pprof/)\n", url, url)
+		}}
+	}
 	defer cancel()
-	res, err := Story(ctx, os.Stdout)
+	res, err := StoryWithOptions(ctx, os.Stdout, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deployment:", err)
 		os.Exit(1)
@@ -102,6 +136,33 @@ type controller struct {
 	inFlight map[string]bool
 
 	log func(format string, args ...any)
+
+	// live is set for the load that follows the story with -debug-addr:
+	// syncs take a while, scaled Deployments are checked again later, and
+	// the Deployment named "broken" never syncs.
+	live atomic.Bool
+}
+
+// logf logs a step of a sync, except in live mode, whose load would flood
+// the timeline.
+func (c *controller) logf(format string, args ...any) {
+	if !c.live.Load() {
+		c.log(format, args...)
+	}
+}
+
+// liveSync is what a sync does in live mode before its real work: it
+// takes a while, as against a busy API server, and fails for "broken".
+func (c *controller) liveSync(ctx context.Context, key string) error {
+	select {
+	case <-time.After(time.Duration(100+rand.IntN(1400)) * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if strings.HasSuffix(key, "/broken") {
+		return errors.New("image registry unreachable")
+	}
+	return nil
 }
 
 // enqueueDeployment is the handler for Deployment events.
@@ -131,7 +192,7 @@ func (c *controller) enqueueOwner(obj any) {
 
 // sync makes the world match one Deployment. It is the handle function of
 // workqueue.Run: an error retries the key with backoff.
-func (c *controller) sync(ctx context.Context, key string) error {
+func (c *controller) sync(ctx context.Context, key string) (err error) {
 	c.syncs.Add(1)
 	c.mu.Lock()
 	if c.inFlight[key] {
@@ -145,6 +206,19 @@ func (c *controller) sync(ctx context.Context, key string) error {
 		c.mu.Unlock()
 	}()
 
+	if c.live.Load() {
+		if err := c.liveSync(ctx, key); err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil {
+				// Check again later that the scale held, as
+				// controllers that wait for pods do: the key waits
+				// for a deadline.
+				err = workqueue.RequeueAfter(time.Duration(5+rand.IntN(25)) * time.Second)
+			}
+		}()
+	}
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil // a malformed key never gets better
@@ -167,7 +241,7 @@ func (c *controller) sync(ctx context.Context, key string) error {
 		if _, err := c.client.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
 			return err // AlreadyExists when the lister lags: retried
 		}
-		c.log("  sync %-12s gen %d: created ReplicaSet %s with %d replica(s)", key, d.Generation, rsName, want)
+		c.logf("  sync %-12s gen %d: created ReplicaSet %s with %d replica(s)", key, d.Generation, rsName, want)
 	case err != nil:
 		return err
 	case *rs.Spec.Replicas != want:
@@ -177,7 +251,7 @@ func (c *controller) sync(ctx context.Context, key string) error {
 		if _, err := c.client.AppsV1().ReplicaSets(ns).Update(ctx, rs, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		c.log("  sync %-12s gen %d: scaled ReplicaSet %s from %d to %d", key, d.Generation, rsName, from, want)
+		c.logf("  sync %-12s gen %d: scaled ReplicaSet %s from %d to %d", key, d.Generation, rsName, from, want)
 	}
 
 	// Report what was done for this generation.
@@ -275,9 +349,68 @@ func newAPIServer() *fake.Clientset {
 	return client
 }
 
+// Options are the story's optional parts.
+type Options struct {
+	// DebugAddr, if not empty, is where the work queue debug page
+	// (/debug/workqueue) and pprof (/debug/pprof/) are served while the
+	// story runs; "127.0.0.1:0" picks a free port.
+	DebugAddr string
+	// OnServe, if not nil, is called with the server's base URL
+	// ("http://127.0.0.1:port") once it listens, before the story starts.
+	OnServe func(url string)
+	// Live keeps the controller running after the story, under load,
+	// until ctx ends (see controller.live).
+	Live bool
+}
+
+// nopMetrics turns the queue's metrics on without reporting them
+// anywhere: a queue with metrics measures when each run started, which the
+// debug page shows as the age of the keys being processed.
+type nopMetrics struct{}
+
+func (nopMetrics) NewQueueMetrics(string, func() workqueue.Stats) workqueue.QueueMetrics {
+	return nopMetrics{}
+}
+func (nopMetrics) Added()               {}
+func (nopMetrics) Retried()             {}
+func (nopMetrics) Waited(time.Duration) {}
+func (nopMetrics) Worked(time.Duration) {}
+func (nopMetrics) ShutDown()            {}
+
 // Story runs the whole story, printing its timeline to w, and returns what
 // it observed. It stops everything it started before it returns.
 func Story(ctx context.Context, w io.Writer) (Result, error) {
+	return StoryWithOptions(ctx, w, Options{})
+}
+
+// serveDebug serves the debug page of q and pprof on addr until the
+// returned function is called, which closes the server and waits for it.
+func serveDebug(addr string, q *workqueue.RateLimitingQueue[string], onServe func(string)) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/debug/workqueue", debug.NewHandler(debug.Options{}, debug.Queue("deployments", q, nil)))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln) // returns http.ErrServerClosed on Close
+	}()
+	if onServe != nil {
+		onServe("http://" + ln.Addr().String())
+	}
+	return func() {
+		_ = srv.Close()
+		<-done
+	}, nil
+}
+
+// StoryWithOptions is Story with its optional parts.
+func StoryWithOptions(ctx context.Context, w io.Writer, opts Options) (Result, error) {
 	start := time.Now()
 	var logMu sync.Mutex
 	logf := func(format string, args ...any) {
@@ -295,8 +428,9 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 		client:   client,
 		dLister:  dInformer.Lister(),
 		rsLister: rsInformer.Lister(),
-		queue: workqueue.NewRateLimitingQueue(
-			workqueue.NewItemExponentialFailureRateLimiter[string](time.Millisecond, time.Second)),
+		queue: workqueue.NewRateLimitingQueueWithConfig(
+			workqueue.NewItemExponentialFailureRateLimiter[string](time.Millisecond, time.Second),
+			workqueue.Config[string]{Name: "deployments", Metrics: nopMetrics{}}),
 		inFlight: map[string]bool{},
 		log:      logf,
 	}
@@ -333,7 +467,7 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 		runDone <- workqueue.Run(workerCtx, c.queue, workers, c.sync, workqueue.RunConfig[string]{
 			OnError: func(key string, err error, retry bool) {
 				c.retries.Add(1)
-				logf("  sync %-12s failed, retry=%v: %v", key, retry, err)
+				c.logf("  sync %-12s failed, retry=%v: %v", key, retry, err)
 			},
 		})
 	}()
@@ -347,6 +481,14 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 		return <-runDone
 	}
 	defer stop()
+
+	if opts.DebugAddr != "" {
+		stopServer, err := serveDebug(opts.DebugAddr, c.queue, opts.OnServe)
+		if err != nil {
+			return Result{}, err
+		}
+		defer stopServer()
+	}
 
 	deps := client.AppsV1().Deployments(namespace)
 	logf("Deployment controller: %d workers, informers on the fake clientset", workers)
@@ -378,6 +520,11 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 	}
 	if err := waitConverged(ctx, c, client, finalReplicas); err != nil {
 		return Result{}, err
+	}
+	if opts.Live {
+		if err := liveLoad(ctx, c, logf); err != nil {
+			return Result{}, err
+		}
 	}
 	if err := stop(); err != nil {
 		return Result{}, err
@@ -421,6 +568,44 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 		logf("NOT converged")
 	}
 	return res, nil
+}
+
+// liveLoad runs the load of live mode until ctx ends: 30 more Deployments
+// and one that never syncs, slow syncs, and a few spec updates every
+// second, so that keys are processing, waiting and ready at once.
+func liveLoad(ctx context.Context, c *controller, logf func(string, ...any)) error {
+	logf("live: slow syncs, periodic requeues, updates every second, and %s/broken failing; interrupt to stop", namespace)
+	c.live.Store(true)
+	deps := c.client.AppsV1().Deployments(namespace)
+	names := []string{"broken"}
+	for i := range 30 {
+		names = append(names, fmt.Sprintf("shop-%02d", i))
+	}
+	for _, name := range names {
+		if _, err := deps.Create(ctx, newDeployment(name, 1), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			logf("live: stopped")
+			return nil
+		case <-tick.C:
+		}
+		for range 2 {
+			name := names[1+rand.IntN(len(names)-1)]
+			d, err := deps.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				continue // ctx ended
+			}
+			replicas := 1 + rand.Int32N(finalReplicas)
+			d.Spec.Replicas = &replicas
+			_, _ = deps.Update(ctx, d, metav1.UpdateOptions{}) // a conflict just skips this update
+		}
+	}
 }
 
 // waitConverged waits until, in the API and in the informers' caches, every

@@ -1,0 +1,500 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	workqueue "github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Timing of the rings below. Real time, since the API server is real:
+// short enough that each scenario takes seconds, with room between
+// RenewDeadline and LeaseDuration for a loaded CI machine (-race, two cores
+// shared with other builds) to cancel and return a handler in time.
+const (
+	ringShards        = 16
+	ringLeaseDuration = 4 * time.Second
+	ringRenewDeadline = 2 * time.Second
+	ringRetryPeriod   = 250 * time.Millisecond
+	ringGracePeriod   = time.Second
+	ringObjects       = 120
+	ringWorkers       = 3
+	workTime          = 10 * time.Millisecond // one handler run, unless cancelled
+	settleTimeout     = 30 * time.Second      // for the ring to rebalance after a change
+)
+
+// TestShardingExclusion runs a ring of 3 and of 5 replicas of one controller
+// against the real API server while objects keep changing, and moves shards
+// in every way the ring knows: replicas join one by one, one leaves
+// gracefully (drains and releases), one more joins, one is killed (stops
+// without releasing anything, as a crashed process: the others must wait for
+// its Lease to expire and fence it). After each change the test waits until
+// every shard is held by exactly one live replica and the live replicas hold
+// about as many each.
+//
+// Invariant 1 is checked at every handler entry and exit: no key's handler
+// ever runs on two replicas at once. At the end every object is changed
+// once more, and every object must be reconciled at its last version.
+func TestShardingExclusion(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("replicas=%d", n), func(t *testing.T) {
+			ring := newRing(t, "exclusion")
+			for i := range n {
+				ring.join(fmt.Sprintf("r%d", i), i == 1) // r1 will be killed
+				ring.settle()
+			}
+			ring.leave("r0")
+			ring.settle()
+			ring.join(fmt.Sprintf("r%d", n), false)
+			ring.settle()
+			ring.leave("r1") // SkipRelease: a crash
+			ring.settle()
+			ring.finish()
+		})
+	}
+}
+
+// TestShardingCutOff runs a ring of 3 and of 5 replicas and cuts one
+// replica off from the API server for its Leases, while its informer still
+// receives events: the dangerous case, where a replica that missed that it
+// lost its shards would keep running their keys. Every Lease request it
+// sends fails for a while, then it heals; then another replica's Lease
+// requests reach the server but their responses are lost for a while (the
+// replica cannot know whether its writes happened). After each fault the
+// ring must settle with every shard held once, and the cut replica must
+// have held none while cut for longer than LeaseDuration.
+func TestShardingCutOff(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("replicas=%d", n), func(t *testing.T) {
+			ring := newRing(t, "cutoff")
+			for i := range n {
+				ring.join(fmt.Sprintf("r%d", i), false)
+			}
+			ring.settle()
+
+			cut := ring.replicas["r0"]
+			cut.link.set(linkCut)
+			ring.settleWithout("r0")
+			require.Empty(t, cut.r.Shards(), "r0 still holds shards while cut off beyond LeaseDuration")
+			cut.link.set(linkUp)
+			ring.settle()
+
+			lossy := ring.replicas["r1"]
+			lossy.link.set(linkLoseResponses)
+			ring.settleWithout("r1")
+			lossy.link.set(linkUp)
+			ring.settle()
+			ring.finish()
+		})
+	}
+}
+
+// ring is one sharded controller on several replicas, all in this process,
+// sharing the API server and a tracker.
+type ring struct {
+	t      *testing.T
+	ctx    context.Context
+	name   string
+	ns     string
+	admin  kubernetes.Interface
+	track  *tracker
+	stopCh chan struct{} // closed to stop the churn
+	churn  sync.WaitGroup
+
+	replicas map[string]*replica // the live ones
+	stopped  []*replica          // left or killed
+}
+
+// replica is one member of a ring: its own clients, informer, queue and
+// sharding.Replica, as a separate process would have.
+type replica struct {
+	id      string
+	r       *sharding.Replica
+	link    *link
+	cancel  context.CancelFunc
+	done    sync.WaitGroup
+	runErr  atomic.Pointer[error] // sharding Run's error, if any
+	stopInf func()
+}
+
+// newRing creates the ring's namespace and objects and starts changing
+// them (one update every few milliseconds, on random objects) until finish.
+func newRing(t *testing.T, name string) *ring {
+	admin, err := kubernetes.NewForConfig(server.restConfig())
+	require.NoError(t, err)
+	g := &ring{
+		t:        t,
+		ctx:      t.Context(),
+		name:     name,
+		admin:    admin,
+		track:    newTracker(),
+		stopCh:   make(chan struct{}),
+		replicas: map[string]*replica{},
+	}
+	g.ns = createNamespace(t, admin, name)
+	for i := range ringObjects {
+		_, err := admin.CoreV1().ConfigMaps(g.ns).Create(g.ctx, configMap(g.ns, fmt.Sprintf("obj-%d", i), "v0"), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	// Stop every replica at the end, even when the test fails half-way,
+	// so that no goroutine outlives the test; then report what the
+	// tracker saw, also when the test failed for another reason first.
+	t.Cleanup(func() {
+		g.stopAll()
+		g.check()
+	})
+	g.churn.Go(g.keepChanging)
+	return g
+}
+
+// keepChanging updates random objects until stopCh is closed. Conflicts
+// with nobody are possible only with itself, so errors other than the test
+// ending are recorded as failures of the ring.
+func (g *ring) keepChanging() {
+	cms := g.admin.CoreV1().ConfigMaps(g.ns)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for v := 1; ; v++ {
+		select {
+		case <-g.stopCh:
+			return
+		case <-tick.C:
+		}
+		name := fmt.Sprintf("obj-%d", rand.IntN(ringObjects))
+		cm, err := cms.Get(g.ctx, name, metav1.GetOptions{})
+		if err == nil {
+			cm.Data["value"] = fmt.Sprintf("v%d", v)
+			_, err = cms.Update(g.ctx, cm, metav1.UpdateOptions{})
+		}
+		if err != nil && g.ctx.Err() == nil {
+			g.track.fail("churn: %v", err)
+		}
+	}
+}
+
+// join starts a replica. With crash, its Run skips the release when it is
+// stopped, as a killed process would.
+func (g *ring) join(id string, crash bool) {
+	g.t.Helper()
+	t := g.t
+	lnk := &link{}
+	leaseConfig := server.restConfig()
+	leaseConfig.WrapTransport = lnk.wrap
+	leaseClient, err := kubernetes.NewForConfig(leaseConfig)
+	require.NoError(t, err)
+	// The informer has a client of its own that is never cut: a replica
+	// cut off from its Leases but still told of changes is the case that
+	// could break exclusion.
+	watchClient, err := kubernetes.NewForConfig(server.restConfig())
+	require.NoError(t, err)
+
+	factory := informers.NewSharedInformerFactoryWithOptions(watchClient, 0, informers.WithNamespace(g.ns))
+	informer := factory.Core().V1().ConfigMaps()
+	lister := informer.Lister()
+	q := workqueue.NewRateLimitingQueue(workqueue.NewItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second))
+	r, err := sharding.New(sharding.Config{
+		Client:        leaseClient,
+		Namespace:     g.ns,
+		Name:          g.name,
+		Identity:      id,
+		Informer:      informer.Informer(),
+		Queue:         q,
+		Shards:        ringShards,
+		LeaseDuration: ringLeaseDuration,
+		RenewDeadline: ringRenewDeadline,
+		RetryPeriod:   ringRetryPeriod,
+		GracePeriod:   ringGracePeriod,
+		SkipRelease:   crash,
+	})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.WithoutCancel(g.ctx))
+	rep := &replica{id: id, r: r, link: lnk, cancel: cancel}
+	factory.Start(ctx.Done())
+	rep.stopInf = factory.Shutdown
+	rep.done.Go(func() {
+		if err := r.Run(ctx); err != nil {
+			rep.runErr.Store(&err)
+		}
+	})
+	handle := func(ctx context.Context, key string) error {
+		g.track.enter(id, key)
+		defer g.track.exit(id, key)
+		ns, name, _ := strings.Cut(key, "/")
+		cm, err := lister.ConfigMaps(ns).Get(name)
+		if err != nil {
+			return nil // deleted: nothing to do (the test deletes nothing)
+		}
+		select {
+		case <-time.After(workTime):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		g.track.reconciled(key, cm.Data["value"])
+		return nil
+	}
+	rep.done.Go(func() {
+		_ = workqueue.Run(ctx, q, ringWorkers, r.Handler(handle))
+	})
+	g.replicas[id] = rep
+}
+
+// leave stops a replica: gracefully, or as a crash if it joined so.
+func (g *ring) leave(id string) {
+	g.t.Helper()
+	rep := g.replicas[id]
+	delete(g.replicas, id)
+	g.stopped = append(g.stopped, rep)
+	rep.stop()
+}
+
+func (rep *replica) stop() {
+	rep.cancel()
+	rep.done.Wait()
+	rep.stopInf()
+}
+
+// stopAll stops every replica still running, then the churn.
+func (g *ring) stopAll() {
+	for _, id := range slices.Sorted(maps.Keys(g.replicas)) {
+		g.leave(id)
+	}
+	select {
+	case <-g.stopCh:
+	default:
+		close(g.stopCh)
+	}
+	g.churn.Wait()
+}
+
+// settle waits until the live replicas share the shards: each held by
+// exactly one of them, and none holding more than one shard above its fair
+// share.
+func (g *ring) settle() { g.settleWithout("") }
+
+// settleWithout is settle over the live replicas other than except, which
+// is cut off and must hold nothing.
+func (g *ring) settleWithout(except string) {
+	g.t.Helper()
+	var last string
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		last = g.balance(except)
+		if last == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("the ring did not settle in %v: %s", settleTimeout, last)
+		}
+		select {
+		case <-g.ctx.Done():
+			g.t.Fatalf("test ended while waiting for the ring: %s", last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// balance describes the first way the ring is not settled, or returns "".
+func (g *ring) balance(except string) string {
+	holder := make([]string, ringShards)
+	live := 0
+	for id := range g.replicas {
+		if id != except {
+			live++
+		}
+	}
+	fair := (ringShards + live - 1) / live
+	for id, rep := range g.replicas {
+		held := rep.r.Shards()
+		if id == except {
+			if len(held) > 0 {
+				return fmt.Sprintf("%s holds %v while cut off", id, held)
+			}
+			continue
+		}
+		if len(held) > fair {
+			return fmt.Sprintf("%s holds %d shards, fair share %d", id, len(held), fair)
+		}
+		for _, s := range held {
+			if holder[s] != "" {
+				return fmt.Sprintf("shard %d held by %s and %s", s, holder[s], id)
+			}
+			holder[s] = id
+		}
+	}
+	for s, h := range holder {
+		if h == "" {
+			return fmt.Sprintf("shard %d held by no one", s)
+		}
+	}
+	return ""
+}
+
+// finish stops the churn, changes every object once more, waits until each
+// is reconciled at that version, stops the replicas and checks the tracker.
+func (g *ring) finish() {
+	g.t.Helper()
+	t := g.t
+	close(g.stopCh)
+	g.churn.Wait()
+	cms := g.admin.CoreV1().ConfigMaps(g.ns)
+	for i := range ringObjects {
+		cm, err := cms.Get(g.ctx, fmt.Sprintf("obj-%d", i), metav1.GetOptions{})
+		require.NoError(t, err)
+		cm.Data["value"] = "final"
+		_, err = cms.Update(g.ctx, cm, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	var missing []string
+	require.Eventually(t, func() bool {
+		missing = g.track.notReconciled(g.ns, ringObjects, "final")
+		return len(missing) == 0
+	}, settleTimeout, 50*time.Millisecond, "objects not reconciled at their last version: %v", func() []string { return missing })
+	g.stopAll()
+}
+
+// check reports, once every replica has stopped, the errors of their Runs,
+// the failures of the ring's background work, and every violation of
+// invariant 1 the tracker recorded.
+func (g *ring) check() {
+	t := g.t
+	for _, rep := range g.stopped {
+		if p := rep.runErr.Load(); p != nil {
+			t.Errorf("%s: sharding Run: %v", rep.id, *p)
+		}
+	}
+	runs, violations, failures := g.track.report()
+	t.Logf("%d handler runs", runs)
+	for _, f := range failures {
+		t.Errorf("the ring's background work failed: %s", f)
+	}
+	if len(violations) > 0 {
+		t.Errorf("invariant 1: a key's handler ran on two replicas at once, %d times; the first ones:\n%s",
+			len(violations), strings.Join(violations[:min(len(violations), 10)], "\n"))
+	}
+}
+
+// tracker checks invariant 1 at every handler entry and exit and records
+// the value each key was last reconciled at. Replicas' goroutines call it;
+// the test asserts on what it recorded after they are stopped.
+type tracker struct {
+	mu         sync.Mutex // protects the fields below
+	running    map[string]string
+	violations []string
+	failures   []string
+	last       map[string]string
+	runs       int
+}
+
+func newTracker() *tracker {
+	return &tracker{running: map[string]string{}, last: map[string]string{}}
+}
+
+func (tr *tracker) enter(id, key string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if other, ok := tr.running[key]; ok {
+		tr.violations = append(tr.violations, fmt.Sprintf("%s: %s started %s while %s runs it", time.Now().Format("15:04:05.000"), id, key, other))
+	}
+	tr.running[key] = id
+	tr.runs++
+}
+
+func (tr *tracker) exit(id, key string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.running[key] == id {
+		delete(tr.running, key)
+	}
+}
+
+func (tr *tracker) reconciled(key, value string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.last[key] = value
+}
+
+func (tr *tracker) fail(format string, args ...any) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.failures = append(tr.failures, fmt.Sprintf(format, args...))
+}
+
+func (tr *tracker) notReconciled(ns string, n int, value string) []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var missing []string
+	for i := range n {
+		key := fmt.Sprintf("%s/obj-%d", ns, i)
+		if tr.last[key] != value {
+			missing = append(missing, key)
+		}
+	}
+	return missing
+}
+
+func (tr *tracker) report() (runs int, violations, failures []string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.runs, slices.Clone(tr.violations), slices.Clone(tr.failures)
+}
+
+// link is a replica's connection to the API server for its Leases, which
+// the test can cut.
+type link struct{ mode atomic.Int32 }
+
+const (
+	linkUp            = iota
+	linkCut           // every Lease request fails before it is sent
+	linkLoseResponses // Lease requests reach the server; their responses are lost
+)
+
+func (l *link) set(mode int32) { l.mode.Store(mode) }
+
+// errCut is what a cut link's requests fail with.
+var errCut = errors.New("integration: link cut by the test")
+
+// wrap is a rest.Config.WrapTransport: requests for Leases go through the
+// link, others pass.
+func (l *link) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if !strings.Contains(req.URL.Path, "/leases") {
+			return rt.RoundTrip(req)
+		}
+		switch l.mode.Load() {
+		case linkCut:
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, errCut
+		case linkLoseResponses:
+			resp, err := rt.RoundTrip(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			return nil, errCut
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -1,0 +1,314 @@
+// Command deployments runs one Deployment "controller" on three replicas
+// in one process, sharded through Leases on a fake clientset: it prints
+// which replica holds which shards, kills one replica (no release), and
+// shows its shards taken over and every Deployment converged.
+//
+//	cd sharding && go run ./examples/deployments
+//
+// The Lease timings are short (LeaseDuration 1s) so that the story takes
+// a few seconds; a real controller keeps the leader-election defaults.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/fakeleases"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+const (
+	deployments = 300
+	shards      = 16
+	namespace   = "default"
+)
+
+var replicaNames = []string{"replica-a", "replica-b", "replica-c"}
+
+// The victim is killed: it stops without releasing, as a crashed pod.
+const victim = "replica-b"
+
+// timing is short so that the story takes seconds; see the package doc.
+var timing = sharding.Config{
+	LeaseDuration: time.Second,
+	RenewDeadline: 600 * time.Millisecond,
+	RetryPeriod:   200 * time.Millisecond,
+	GracePeriod:   200 * time.Millisecond,
+}
+
+func main() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := Story(ctx, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deployments:", err)
+		os.Exit(1)
+	}
+	if !res.Converged {
+		os.Exit(1)
+	}
+}
+
+// Result is what the story observed, for its test.
+type Result struct {
+	Before, After map[string][]int // replica → shards held, before and after the kill
+	Takeover      time.Duration    // from the kill until every shard was held again
+	Converged     bool             // every Deployment's observedGeneration is its generation
+	Overlaps      int              // keys run by two replicas at once
+	Syncs         int              // handler runs that updated a status
+}
+
+// replica is one replica of the controller: an informer, a queue, workers
+// and a sharding.Replica, all stopped by cancel.
+type replica struct {
+	name   string
+	shard  *sharding.Replica
+	get    func(key string) (any, bool, error) // the informer's store
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Story runs the example and writes its timeline to w.
+func Story(ctx context.Context, w io.Writer) (Result, error) {
+	var res Result
+	objs := fake.NewSimpleClientset() //nolint:staticcheck // the field-managed fake costs a REST mapper per write
+	for i := range deployments {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, Name: fmt.Sprintf("web-%03d", i), Generation: 1,
+			UID: types.UID(fmt.Sprintf("4f9a%04d-8c1e-4b7a-9d2f-%012x", i, i*7919)),
+		}}
+		if _, err := objs.AppsV1().Deployments(namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			return res, err
+		}
+	}
+	leases := fakeleases.New()
+	fmt.Fprintf(w, "%d Deployments, %d shards, replicas %s\n", deployments, shards, strings.Join(replicaNames, ", "))
+
+	// running tracks which replica runs which key, to show that no key
+	// is ever run by two replicas at once.
+	var mu sync.Mutex
+	running := map[string]string{}
+	overlaps, syncs := 0, 0
+
+	start := func(name string) (*replica, error) {
+		rctx, cancel := context.WithCancel(ctx)
+		f := informers.NewSharedInformerFactory(objs, 0)
+		inf := f.Apps().V1().Deployments().Informer()
+		q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
+		cfg := timing
+		cfg.Client = leases.Clientset(name)
+		cfg.Namespace, cfg.Name, cfg.Identity = "kube-system", "deployments", name
+		cfg.Shards = shards
+		cfg.Informer, cfg.Queue = inf, q
+		cfg.SkipRelease = name == victim
+		s, err := sharding.New(cfg)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		rp := &replica{name: name, shard: s, get: inf.GetStore().GetByKey, cancel: cancel}
+		reconcile := func(ctx context.Context, key string) error {
+			mu.Lock()
+			if other, ok := running[key]; ok {
+				overlaps++
+				fmt.Fprintf(w, "OVERLAP: %s runs %s while %s does\n", name, key, other)
+			}
+			running[key] = name
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				delete(running, key)
+				mu.Unlock()
+			}()
+			return syncDeployment(ctx, objs, inf.GetStore().GetByKey, key, func() {
+				mu.Lock()
+				syncs++
+				mu.Unlock()
+			})
+		}
+		rp.wg.Go(func() { f.Start(rctx.Done()); f.WaitForCacheSync(rctx.Done()); <-rctx.Done(); f.Shutdown() })
+		rp.wg.Go(func() { _ = s.Run(rctx) })
+		rp.wg.Go(func() { _ = workqueue.Run(rctx, q, 4, s.Handler(reconcile)) })
+		return rp, nil
+	}
+	replicas := map[string]*replica{}
+	defer func() {
+		for _, rp := range replicas {
+			rp.cancel()
+			rp.wg.Wait()
+		}
+	}()
+	for _, name := range replicaNames {
+		rp, err := start(name)
+		if err != nil {
+			return res, err
+		}
+		replicas[name] = rp
+	}
+
+	holding := func() map[string][]int {
+		out := map[string][]int{}
+		for name, rp := range replicas {
+			out[name] = rp.shard.Shards()
+		}
+		return out
+	}
+	covered := func() bool {
+		n := 0
+		for _, s := range holding() {
+			n += len(s)
+		}
+		return n == shards
+	}
+	if err := waitFor(ctx, covered); err != nil {
+		return res, fmt.Errorf("shards never all held: %w", err)
+	}
+	if err := waitFor(ctx, func() bool { return converged(ctx, objs, 1) }); err != nil {
+		return res, fmt.Errorf("never converged: %w", err)
+	}
+	res.Before = holding()
+	printHolding(w, res.Before)
+	fmt.Fprintf(w, "all %d Deployments converged at generation 1\n", deployments)
+
+	killed := time.Now()
+	fmt.Fprintf(w, "\nkill %s (no release: its Leases are left to expire)\n", victim)
+	replicas[victim].cancel()
+	replicas[victim].wg.Wait()
+	delete(replicas, victim)
+
+	for i := range deployments {
+		name := fmt.Sprintf("web-%03d", i)
+		if err := bump(ctx, objs, name); err != nil {
+			return res, err
+		}
+		if i%25 == 24 {
+			// The fake's watch channels hold 100 events and panic when
+			// full: let every informer catch up before going on.
+			if err := waitFor(ctx, func() bool { return seen(replicas, name, 2) }); err != nil {
+				return res, err
+			}
+		}
+	}
+	fmt.Fprintf(w, "every Deployment updated to generation 2\n")
+	if err := waitFor(ctx, covered); err != nil {
+		return res, fmt.Errorf("shards never taken over: %w", err)
+	}
+	res.Takeover = time.Since(killed)
+	res.After = holding()
+	fmt.Fprintf(w, "%s's shards taken over %v after the kill (LeaseDuration %v + at most 2 × RetryPeriod %v)\n",
+		victim, res.Takeover.Round(100*time.Millisecond), timing.LeaseDuration, timing.RetryPeriod)
+	printHolding(w, res.After)
+	if err := waitFor(ctx, func() bool { return converged(ctx, objs, 2) }); err != nil {
+		return res, fmt.Errorf("never converged after the kill: %w", err)
+	}
+	res.Converged = true
+	fmt.Fprintf(w, "all %d Deployments converged at generation 2\n", deployments)
+	// Stop the replicas before reading the counters: a worker counts its
+	// sync just after the write that made the list converge.
+	for name, rp := range replicas {
+		rp.cancel()
+		rp.wg.Wait()
+		delete(replicas, name)
+	}
+	mu.Lock()
+	res.Overlaps, res.Syncs = overlaps, syncs
+	mu.Unlock()
+	if res.Overlaps == 0 {
+		fmt.Fprintf(w, "no Deployment was ever synced by two replicas at once\n")
+	}
+	return res, nil
+}
+
+// syncDeployment is the controller's reconcile: it sets the status's
+// observedGeneration to the generation it read from its informer.
+func syncDeployment(ctx context.Context, c kubernetes.Interface, get func(string) (any, bool, error), key string, synced func()) error {
+	obj, ok, err := get(key)
+	if err != nil || !ok {
+		return err
+	}
+	d := obj.(*appsv1.Deployment)
+	if d.Status.ObservedGeneration == d.Generation {
+		return nil
+	}
+	d = d.DeepCopy()
+	d.Status.ObservedGeneration = d.Generation
+	if _, err := c.AppsV1().Deployments(d.Namespace).UpdateStatus(ctx, d, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	synced()
+	return nil
+}
+
+// bump raises a Deployment's generation, as a spec change does.
+func bump(ctx context.Context, c kubernetes.Interface, name string) error {
+	d, err := c.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	d.Generation++
+	_, err = c.AppsV1().Deployments(namespace).Update(ctx, d, metav1.UpdateOptions{})
+	return err
+}
+
+// converged reports whether every Deployment is at generation gen and
+// its status says so.
+func converged(ctx context.Context, c kubernetes.Interface, gen int64) bool {
+	l, err := c.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil || len(l.Items) != deployments {
+		return false
+	}
+	for _, d := range l.Items {
+		if d.Generation != gen || d.Status.ObservedGeneration != gen {
+			return false
+		}
+	}
+	return true
+}
+
+// seen reports whether every replica's informer has Deployment name at
+// generation gen.
+func seen(replicas map[string]*replica, name string, gen int64) bool {
+	for _, rp := range replicas {
+		obj, ok, _ := rp.get(namespace + "/" + name)
+		if !ok || obj.(*appsv1.Deployment).Generation < gen {
+			return false
+		}
+	}
+	return true
+}
+
+func printHolding(w io.Writer, h map[string][]int) {
+	names := make([]string, 0, len(h))
+	for n := range h {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %s holds %2d shards %v\n", n, len(h[n]), h[n])
+	}
+}
+
+// waitFor polls cond every 20ms until it holds or ctx ends.
+func waitFor(ctx context.Context, cond func() bool) error {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+// Package fakeleases is an in-memory store of coordination.k8s.io/v1
+// Leases behind client-go's fake clientset that, unlike the fake's object
+// tracker, enforces resourceVersion preconditions as the API server does:
+// an Update or Delete that carries a stale resourceVersion fails with a
+// Conflict, so two replicas cannot both win one Lease. It also counts
+// writes and can cut a replica off (its writes fail), for tests and
+// examples of the sharding package.
+package fakeleases
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// ErrCutOff is the error of a write by a replica that is cut off.
+var ErrCutOff = errors.New("fakeleases: cut off from the API server")
+
+var leaseResource = coordinationv1.Resource("leases")
+
+// Store holds Leases for any number of clientsets. The zero Store is not
+// usable; make one with New. It is safe for concurrent use.
+type Store struct {
+	mu      sync.Mutex // protects the fields below
+	rv      int64
+	leases  map[types.NamespacedName]*coordinationv1.Lease
+	writes  map[string]int64 // by identity, every write request
+	cut     map[string]bool
+	onWrite func(identity string, verb string, lease *coordinationv1.Lease, err error)
+}
+
+// New returns an empty Store.
+func New() *Store {
+	return &Store{
+		leases: make(map[types.NamespacedName]*coordinationv1.Lease),
+		writes: make(map[string]int64),
+		cut:    make(map[string]bool),
+	}
+}
+
+// Clientset returns a fake clientset whose Lease requests go to s, on
+// behalf of identity (which names it in Writes and CutOff). Other
+// resources are the fake's own, with objs in them.
+func (s *Store) Clientset(identity string, objs ...runtime.Object) *fake.Clientset {
+	// The simple clientset: the field-managed one that NewClientset makes
+	// costs a REST mapper per write, and Leases never reach its tracker.
+	cs := fake.NewSimpleClientset(objs...) //nolint:staticcheck // see above
+	cs.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		obj, err := s.serve(identity, a)
+		return true, obj, err
+	})
+	return cs
+}
+
+// CutOff makes the writes of identity fail with ErrCutOff (cut true) or
+// succeed again (cut false). Its reads still succeed.
+func (s *Store) CutOff(identity string, cut bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cut[identity] = cut
+}
+
+// Writes returns the number of write requests (create, update, delete)
+// made by identity, failed ones included.
+func (s *Store) Writes(identity string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes[identity]
+}
+
+// TotalWrites returns the number of write requests made by everyone.
+func (s *Store) TotalWrites() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, w := range s.writes {
+		n += w
+	}
+	return n
+}
+
+// OnWrite sets a function called after every write request, with the
+// store's lock held (it must not call the Store): identity, the verb, the
+// Lease as stored (nil if the write failed or deleted it) and the error.
+func (s *Store) OnWrite(f func(identity, verb string, lease *coordinationv1.Lease, err error)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onWrite = f
+}
+
+// Leases returns copies of the stored Leases, sorted by namespace and name.
+func (s *Store) Leases() []coordinationv1.Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]coordinationv1.Lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		out = append(out, *l.DeepCopy())
+	}
+	slices.SortFunc(out, func(a, b coordinationv1.Lease) int {
+		if a.Namespace != b.Namespace {
+			if a.Namespace < b.Namespace {
+				return -1
+			}
+			return 1
+		}
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ns := a.GetNamespace()
+	switch a.GetVerb() {
+	case "get":
+		name := a.(clienttesting.GetAction).GetName()
+		l, ok := s.leases[types.NamespacedName{Namespace: ns, Name: name}]
+		if !ok {
+			return nil, apierrors.NewNotFound(leaseResource, name)
+		}
+		return l.DeepCopy(), nil
+	case "list":
+		sel := a.(clienttesting.ListAction).GetListRestrictions().Labels
+		if sel == nil {
+			sel = labels.Everything()
+		}
+		list := &coordinationv1.LeaseList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(s.rv, 10)}}
+		for k, l := range s.leases {
+			if k.Namespace == ns && sel.Matches(labels.Set(l.Labels)) {
+				list.Items = append(list.Items, *l.DeepCopy())
+			}
+		}
+		slices.SortFunc(list.Items, func(a, b coordinationv1.Lease) int {
+			switch {
+			case a.Name < b.Name:
+				return -1
+			case a.Name > b.Name:
+				return 1
+			}
+			return 0
+		})
+		return list, nil
+	case "create", "update", "delete":
+	default:
+		return nil, apierrors.NewMethodNotSupported(leaseResource, a.GetVerb())
+	}
+
+	s.writes[identity]++
+	var stored *coordinationv1.Lease
+	var err error
+	defer func() {
+		if s.onWrite != nil {
+			var cp *coordinationv1.Lease
+			if stored != nil {
+				cp = stored.DeepCopy()
+			}
+			s.onWrite(identity, a.GetVerb(), cp, err)
+		}
+	}()
+	if s.cut[identity] {
+		err = ErrCutOff
+		return nil, err
+	}
+	switch a.GetVerb() {
+	case "create":
+		l := a.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+		if l.Namespace == "" {
+			l.Namespace = ns
+		}
+		k := types.NamespacedName{Namespace: l.Namespace, Name: l.Name}
+		if _, ok := s.leases[k]; ok {
+			err = apierrors.NewAlreadyExists(leaseResource, l.Name)
+			return nil, err
+		}
+		if l.ResourceVersion != "" {
+			err = apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
+			return nil, err
+		}
+		s.rv++
+		l.ResourceVersion = strconv.FormatInt(s.rv, 10)
+		l.UID = types.UID("lease-" + l.ResourceVersion)
+		s.leases[k] = l
+		stored = l
+		return l.DeepCopy(), nil
+	case "update":
+		l := a.(clienttesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+		if l.Namespace == "" {
+			l.Namespace = ns
+		}
+		k := types.NamespacedName{Namespace: l.Namespace, Name: l.Name}
+		cur, ok := s.leases[k]
+		if !ok {
+			err = apierrors.NewNotFound(leaseResource, l.Name)
+			return nil, err
+		}
+		if l.ResourceVersion != "" && l.ResourceVersion != cur.ResourceVersion {
+			err = apierrors.NewConflict(leaseResource, l.Name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+			return nil, err
+		}
+		s.rv++
+		l.ResourceVersion = strconv.FormatInt(s.rv, 10)
+		l.UID = cur.UID
+		s.leases[k] = l
+		stored = l
+		return l.DeepCopy(), nil
+	default: // delete
+		d := a.(clienttesting.DeleteAction)
+		k := types.NamespacedName{Namespace: ns, Name: d.GetName()}
+		cur, ok := s.leases[k]
+		if !ok {
+			err = apierrors.NewNotFound(leaseResource, d.GetName())
+			return nil, err
+		}
+		if p := d.GetDeleteOptions().Preconditions; p != nil {
+			if p.ResourceVersion != nil && *p.ResourceVersion != cur.ResourceVersion {
+				err = apierrors.NewConflict(leaseResource, d.GetName(), errors.New("precondition failed: resourceVersion"))
+				return nil, err
+			}
+			if p.UID != nil && *p.UID != cur.UID {
+				err = apierrors.NewConflict(leaseResource, d.GetName(), errors.New("precondition failed: UID"))
+				return nil, err
+			}
+		}
+		delete(s.leases, k)
+		return cur.DeepCopy(), nil
+	}
+}

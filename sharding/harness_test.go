@@ -1,0 +1,526 @@
+package sharding_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/fakeleases"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// Timing of the test rings: client-go's leader election defaults.
+const (
+	leaseDuration = 15 * time.Second
+	renewDeadline = 10 * time.Second
+	retryPeriod   = 2 * time.Second
+	gracePeriod   = 3 * time.Second
+	workTime      = 20 * time.Millisecond // one handler run
+	workers       = 4
+	objectsNS     = "apps"
+)
+
+// tracker checks invariant 1 at every handler entry and exit, and records
+// the versions each key was reconciled at. It is shared by every replica
+// of a ring.
+type tracker struct {
+	mu         sync.Mutex
+	running    map[string]string // key → replica running its handler
+	violations []string
+	latest     map[string]int64     // key → newest generation written
+	done       map[string]int64     // key → newest generation reconciled
+	doneAt     map[string]time.Time // key → when done reached latest
+	runs       int
+	// cancels: replica → the first time one of its runs saw its context
+	// cancelled with ErrLeaseLost.
+	lostAt map[string]time.Time
+}
+
+func (t *tracker) cancelled(id string, cause error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.lostAt[id]; !ok && errors.Is(cause, sharding.ErrLeaseLost) {
+		t.lostAt[id] = time.Now()
+	}
+}
+
+func (t *tracker) lostTime(id string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.lostAt[id]
+	return at, ok
+}
+
+func newTracker() *tracker {
+	return &tracker{
+		running: make(map[string]string),
+		latest:  make(map[string]int64),
+		done:    make(map[string]int64),
+		doneAt:  make(map[string]time.Time),
+		lostAt:  make(map[string]time.Time),
+	}
+}
+
+func (t *tracker) enter(id, key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if other, ok := t.running[key]; ok {
+		t.violations = append(t.violations, fmt.Sprintf("%v: %s entered %s while %s runs it", time.Now().Format("15:04:05.000"), id, key, other))
+	}
+	t.running[key] = id
+	t.runs++
+}
+
+func (t *tracker) exit(id, key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running[key] == id {
+		delete(t.running, key)
+	} else {
+		t.violations = append(t.violations, fmt.Sprintf("%v: %s left %s while %q was recorded", time.Now().Format("15:04:05.000"), id, key, t.running[key]))
+	}
+}
+
+func (t *tracker) wrote(key string, gen int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.latest[key] = gen
+	if t.done[key] < gen {
+		delete(t.doneAt, key)
+	}
+}
+
+func (t *tracker) reconciled(key string, gen int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if gen > t.done[key] {
+		t.done[key] = gen
+	}
+	if t.done[key] >= t.latest[key] {
+		if _, ok := t.doneAt[key]; !ok {
+			t.doneAt[key] = time.Now()
+		}
+	}
+}
+
+// behind returns the keys not reconciled at their newest generation, and
+// when the last of the others got there.
+func (t *tracker) behind() (keys []string, last time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, g := range t.latest {
+		if t.done[k] < g {
+			keys = append(keys, k)
+		} else if t.doneAt[k].After(last) {
+			last = t.doneAt[k]
+		}
+	}
+	slices.Sort(keys)
+	return keys, last
+}
+
+func (t *tracker) violationList() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.violations)
+}
+
+// ring is a set of replicas of one controller in one process: one shared
+// Lease store (with resourceVersion conflicts), one shared object store
+// that each replica watches through its own informer.
+type ring struct {
+	t       *testing.T
+	shards  int
+	leases  *fakeleases.Store
+	objs    *fake.Clientset
+	tr      *tracker
+	rng     *rand.Rand
+	names   []string
+	timing  sharding.Config // only the timing fields are used
+	retDly  time.Duration   // how long a handler takes to return once cancelled
+	block   bool            // handlers work until cancelled
+	workers int             // per replica; 0 means the constant workers
+	mu      sync.Mutex
+	members map[string]*member
+	seq     int
+
+	// acquisitions counts shard Lease writes that gave a shard to a
+	// holder (a move or a first assignment).
+	acqMu        sync.Mutex
+	acquisitions int
+}
+
+type member struct {
+	id      string
+	r       *sharding.Replica
+	q       *workqueue.RateLimitingQueue[string]
+	cancel  context.CancelFunc
+	done    chan struct{}
+	killed  bool // SkipRelease
+	leaveEr error
+}
+
+func newRing(t *testing.T, shards, objects int) *ring {
+	rg := &ring{
+		t:      t,
+		shards: shards,
+		leases: fakeleases.New(),
+		// The simple clientset: NewClientset's field-managed tracker
+		// builds a REST mapper on every write, which made 2,000 creates
+		// take most of a test's time.
+		objs:    fake.NewSimpleClientset(), //nolint:staticcheck // see above
+		tr:      newTracker(),
+		rng:     rand.New(rand.NewPCG(uint64(shards), uint64(objects))),
+		members: make(map[string]*member),
+		timing: sharding.Config{
+			LeaseDuration: leaseDuration, RenewDeadline: renewDeadline,
+			RetryPeriod: retryPeriod, GracePeriod: gracePeriod,
+		},
+	}
+	rg.leases.OnWrite(func(_, verb string, l *coordinationv1.Lease, err error) {
+		if err != nil || l == nil || verb == "delete" || l.Labels[sharding.LabelRole] != "shard" {
+			return
+		}
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			rg.acqMu.Lock()
+			rg.acquisitions++
+			rg.acqMu.Unlock()
+		}
+	})
+	ctx := context.Background()
+	for i := range objects {
+		name := fmt.Sprintf("d-%05d", i)
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{
+			Namespace: objectsNS, Name: name, Generation: 1,
+			UID: types.UID(fmt.Sprintf("uid-%05d-%x", i, rg.rng.Uint64())),
+		}}
+		if _, err := rg.objs.AppsV1().Deployments(objectsNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating %s: %v", name, err)
+		}
+		rg.names = append(rg.names, name)
+		rg.tr.wrote(objectsNS+"/"+name, 1)
+	}
+	return rg
+}
+
+func (rg *ring) acquired() int {
+	rg.acqMu.Lock()
+	defer rg.acqMu.Unlock()
+	return rg.acquisitions
+}
+
+// start adds a replica. kill makes it a replica that, when stopped, stops
+// without releasing (SkipRelease), as a crash would.
+func (rg *ring) start(kill bool) string {
+	rg.mu.Lock()
+	id := "r-" + strconv.Itoa(rg.seq)
+	rg.seq++
+	rg.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	f := informers.NewSharedInformerFactory(rg.objs, 0)
+	inf := f.Apps().V1().Deployments().Informer()
+	q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
+	cfg := rg.timing
+	cfg.Client = rg.leases.Clientset(id)
+	cfg.Namespace = "ring"
+	cfg.Name = "ctl"
+	cfg.Identity = id
+	cfg.Shards = rg.shards
+	cfg.Informer = inf
+	cfg.Queue = q
+	cfg.SkipRelease = kill
+	r, err := sharding.New(cfg)
+	if err != nil {
+		rg.t.Fatalf("sharding.New: %v", err)
+	}
+	m := &member{id: id, r: r, q: q, cancel: cancel, done: make(chan struct{}), killed: kill}
+	handle := func(ctx context.Context, key string) error {
+		rg.tr.enter(id, key)
+		defer rg.tr.exit(id, key)
+		obj, ok, _ := inf.GetStore().GetByKey(key)
+		if !ok {
+			return nil
+		}
+		gen := obj.(*appsv1.Deployment).Generation
+		work := time.After(workTime)
+		if rg.block {
+			work = nil
+		}
+		select {
+		case <-work:
+		case <-ctx.Done():
+			rg.tr.cancelled(id, context.Cause(ctx))
+			if rg.retDly > 0 {
+				time.Sleep(rg.retDly)
+			}
+			return ctx.Err()
+		}
+		rg.tr.reconciled(key, gen)
+		return nil
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { inf.Run(ctx.Done()) })
+	wg.Go(func() { m.leaveEr = r.Run(ctx) })
+	nw := workers
+	if rg.workers > 0 {
+		nw = rg.workers
+	}
+	wg.Go(func() { _ = workqueue.Run(ctx, q, nw, r.Handler(handle)) })
+	go func() {
+		wg.Wait()
+		close(m.done)
+	}()
+	rg.mu.Lock()
+	rg.members[id] = m
+	rg.mu.Unlock()
+	return id
+}
+
+// stop stops replica id (gracefully unless it was started with kill) and
+// waits until all its goroutines have returned.
+func (rg *ring) stop(id string) {
+	rg.mu.Lock()
+	m := rg.members[id]
+	delete(rg.members, id)
+	rg.mu.Unlock()
+	m.cancel()
+	<-m.done
+	// A handler that takes longer than GracePeriod + RenewDeadline to
+	// return makes a graceful leave give up, as documented.
+	if m.leaveEr != nil && rg.retDly < gracePeriod+renewDeadline {
+		rg.t.Errorf("%s: Run: %v", id, m.leaveEr)
+	}
+}
+
+func (rg *ring) stopAll() {
+	for _, id := range rg.ids() {
+		rg.stop(id)
+	}
+}
+
+func (rg *ring) ids() []string {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	ids := make([]string, 0, len(rg.members))
+	for id := range rg.members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// holders returns, for each shard, the replicas that hold it now.
+func (rg *ring) holders() [][]string {
+	out := make([][]string, rg.shards)
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	for id, m := range rg.members {
+		for _, s := range m.r.Shards() {
+			out[s] = append(out[s], id)
+		}
+	}
+	return out
+}
+
+// owner maps each shard to its single holder ("" if none or several).
+func (rg *ring) owner() []string {
+	h := rg.holders()
+	out := make([]string, len(h))
+	for i, ids := range h {
+		if len(ids) == 1 {
+			out[i] = ids[0]
+		}
+	}
+	return out
+}
+
+// balanced reports whether every shard has one holder and every replica
+// holds ⌊S/N⌋ or ⌈S/N⌉ shards.
+func (rg *ring) balanced() (bool, string) {
+	h := rg.holders()
+	count := map[string]int{}
+	for i, ids := range h {
+		if len(ids) != 1 {
+			return false, fmt.Sprintf("shard %d held by %v", i, ids)
+		}
+		count[ids[0]]++
+	}
+	ids := rg.ids()
+	n := len(ids)
+	lo, hi := rg.shards/n, (rg.shards+n-1)/n
+	for _, id := range ids {
+		if c := count[id]; c < lo || c > hi {
+			return false, fmt.Sprintf("%s holds %d shards, want %d..%d", id, c, lo, hi)
+		}
+	}
+	return true, ""
+}
+
+// waitBalanced waits (in simulated time) until the ring is balanced and
+// returns how long that took, or fails the test after limit.
+func (rg *ring) waitBalanced(limit time.Duration) time.Duration {
+	start := time.Now()
+	for {
+		if ok, _ := rg.balanced(); ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			_, why := rg.balanced()
+			rg.t.Fatalf("ring not balanced after %v: %s", limit, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// update bumps the generation of n random objects.
+func (rg *ring) update(n int) {
+	ctx := context.Background()
+	for i := range n {
+		if i%20 == 19 {
+			// Let the informers drain their watches: the fake's
+			// watch channels hold 100 events and panic when full.
+			synctest.Wait()
+		}
+		name := rg.names[rg.rng.IntN(len(rg.names))]
+		d, err := rg.objs.AppsV1().Deployments(objectsNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			rg.t.Errorf("get %s: %v", name, err) // not Fatal: churn runs on its own goroutine
+			return
+		}
+		d.Generation++
+		if _, err := rg.objs.AppsV1().Deployments(objectsNS).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+			rg.t.Errorf("update %s: %v", name, err)
+			return
+		}
+		rg.tr.wrote(objectsNS+"/"+name, d.Generation)
+	}
+}
+
+// churn updates a few objects every 100ms for d, so handlers run while
+// shards move.
+func (rg *ring) churn(d time.Duration) { rg.churnEvery(d, 100*time.Millisecond) }
+
+// churnEvery updates three objects every period for d.
+func (rg *ring) churnEvery(d, period time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		rg.update(3)
+		time.Sleep(period)
+	}
+}
+
+// quiet waits LeaseDuration + 2×RetryPeriod (+ the work of the keys that
+// changed last) and checks invariants 2 and 3; it returns when the last
+// key was reconciled, counted from the start of the quiet.
+func (rg *ring) quiet() time.Duration {
+	q := time.Now()
+	bound := leaseDuration + 2*retryPeriod
+	time.Sleep(bound + time.Second)
+	behind, last := rg.tr.behind()
+	if len(behind) > 0 {
+		rg.t.Errorf("invariant 2: %d keys not reconciled at their latest version %v after the quiet started (first: %v)",
+			len(behind), bound+time.Second, behind[:min(5, len(behind))])
+	}
+	took := max(0, last.Sub(q))
+	if took > bound+time.Second {
+		rg.t.Errorf("invariant 2: last key reconciled %v after the quiet started, bound %v", took, bound)
+	}
+	if ok, why := rg.balanced(); !ok {
+		rg.t.Errorf("invariant 3: quiet ring not balanced: %s", why)
+	}
+	return took
+}
+
+// writesPerSecond measures the Lease writes of a quiet ring over 10 retry
+// periods and checks invariant 4.
+func (rg *ring) writesPerSecond() float64 {
+	// Replicas started together tick at the same instants; starting the
+	// window half a period off them counts each period's renewal once.
+	time.Sleep(retryPeriod / 2)
+	window := 10 * retryPeriod
+	before := rg.leases.TotalWrites()
+	time.Sleep(window)
+	w := rg.leases.TotalWrites() - before
+	n := int64(len(rg.ids()))
+	if limit := n * int64(window/retryPeriod); w > limit {
+		rg.t.Errorf("invariant 4: %d Lease writes in %v by %d replicas, limit %d (one per replica per RetryPeriod)", w, window, n, limit)
+	}
+	return float64(w) / window.Seconds()
+}
+
+func (rg *ring) checkExclusive() {
+	if v := rg.tr.violationList(); len(v) > 0 {
+		rg.t.Errorf("invariant 1: %d violations, first: %v", len(v), v[:min(5, len(v))])
+	}
+}
+
+// waitCovered waits until every shard has exactly one holder among the
+// running replicas and returns how long that took, or fails after limit.
+func (rg *ring) waitCovered(limit time.Duration) time.Duration {
+	start := time.Now()
+	for {
+		ok := true
+		for _, ids := range rg.holders() {
+			if len(ids) != 1 {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			rg.t.Fatalf("shards not all held after %v: %v", limit, rg.holders())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitTaken waits until every shard has exactly one holder other than
+// victim and returns how long that took, or fails after limit.
+func (rg *ring) waitTaken(victim string, limit time.Duration) time.Duration {
+	start := time.Now()
+	for {
+		ok := true
+		for _, ids := range rg.holders() {
+			if len(ids) != 1 || ids[0] == victim {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			rg.t.Fatalf("shards not all taken from %s after %v: %v", victim, limit, rg.holders())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// moved counts the shards whose holder differs between two owner maps.
+func moved(before, after []string) int {
+	n := 0
+	for i := range before {
+		if before[i] != after[i] {
+			n++
+		}
+	}
+	return n
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

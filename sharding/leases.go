@@ -1,0 +1,169 @@
+package sharding
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels and annotations of the ring's Leases.
+const (
+	// LabelRing is set on every Lease of a ring to the ring's Name; a
+	// replica lists the ring with this label selector.
+	LabelRing = "sharding.go-coalesce.io/ring"
+	// LabelRole is "member" on membership Leases and "shard" on shard
+	// Leases.
+	LabelRole = "sharding.go-coalesce.io/role"
+	// AnnotationSession is the holder's session: on a membership Lease,
+	// the replica's current one; on a shard Lease, the holder's session
+	// when it acquired the shard. A shard Lease whose session is not its
+	// holder's current one is free.
+	AnnotationSession = "sharding.go-coalesce.io/session"
+	// AnnotationRange is the shard's KEP-5866 selector, for people and
+	// tools reading the Lease (never read back).
+	AnnotationRange = "sharding.go-coalesce.io/range"
+	// AnnotationShards is the ring's shard count S on each shard Lease; a
+	// replica configured with another S ignores the Lease.
+	AnnotationShards = "sharding.go-coalesce.io/shards"
+
+	roleMember = "member"
+	roleShard  = "shard"
+)
+
+func memberLeaseName(ring, identity string) string { return ring + "-member-" + identity }
+func shardLeaseName(ring string, i int) string     { return ring + "-shard-" + strconv.Itoa(i) }
+
+func newSession() string { return fmt.Sprintf("%016x", rand.Uint64()) }
+
+// view is one consistent list of the ring's Leases (a LIST is served at
+// one resourceVersion, so a shard Lease and its holder's membership Lease
+// are seen at the same moment).
+type view struct {
+	members map[string]memberInfo // by identity
+	shards  []shardInfo           // by shard index
+}
+
+type memberInfo struct {
+	rv, session string
+}
+
+type shardInfo struct {
+	exists          bool
+	rv              string
+	holder, session string
+	transitions     int32
+}
+
+// list reads the ring.
+func (r *Replica) list(ctx context.Context) (*view, error) {
+	l, err := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: LabelRing + "=" + r.cfg.Name,
+	})
+	if err != nil {
+		return nil, err
+	}
+	v := &view{members: make(map[string]memberInfo), shards: make([]shardInfo, r.shards)}
+	shardPrefix := r.cfg.Name + "-shard-"
+	memberPrefix := r.cfg.Name + "-member-"
+	for i := range l.Items {
+		le := &l.Items[i]
+		holder := ""
+		if le.Spec.HolderIdentity != nil {
+			holder = *le.Spec.HolderIdentity
+		}
+		switch le.Labels[LabelRole] {
+		case roleMember:
+			id, ok := strings.CutPrefix(le.Name, memberPrefix)
+			if !ok || holder != id {
+				continue
+			}
+			v.members[id] = memberInfo{rv: le.ResourceVersion, session: le.Annotations[AnnotationSession]}
+		case roleShard:
+			s, ok := strings.CutPrefix(le.Name, shardPrefix)
+			if !ok || le.Annotations[AnnotationShards] != strconv.Itoa(r.shards) {
+				continue
+			}
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 || n >= r.shards {
+				continue
+			}
+			var tr int32
+			if le.Spec.LeaseTransitions != nil {
+				tr = *le.Spec.LeaseTransitions
+			}
+			v.shards[n] = shardInfo{exists: true, rv: le.ResourceVersion, holder: holder,
+				session: le.Annotations[AnnotationSession], transitions: tr}
+		}
+	}
+	return v, nil
+}
+
+// memberLease is our membership Lease with the given session, renewed now.
+func (r *Replica) memberLease(session string, now time.Time) *coordinationv1.Lease {
+	secs := r.leaseSeconds()
+	t := metav1.NewMicroTime(now)
+	id := r.cfg.Identity
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        memberLeaseName(r.cfg.Name, r.cfg.Identity),
+			Namespace:   r.cfg.Namespace,
+			Labels:      map[string]string{LabelRing: r.cfg.Name, LabelRole: roleMember},
+			Annotations: map[string]string{AnnotationSession: session},
+		},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       &id,
+			LeaseDurationSeconds: &secs,
+			RenewTime:            &t,
+		},
+	}
+}
+
+// shardLease is shard i's Lease held by holder in session ("" and "" for
+// a released shard).
+func (r *Replica) shardLease(i int, holder, session string, transitions int32, now time.Time) *coordinationv1.Lease {
+	t := metav1.NewMicroTime(now)
+	secs := r.leaseSeconds()
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      shardLeaseName(r.cfg.Name, i),
+			Namespace: r.cfg.Namespace,
+			Labels:    map[string]string{LabelRing: r.cfg.Name, LabelRole: roleShard},
+			Annotations: map[string]string{
+				AnnotationSession: session,
+				AnnotationShards:  strconv.Itoa(r.shards),
+				AnnotationRange:   Selector(r.field, r.shards, []int{i}).String(),
+			},
+		},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       &holder,
+			LeaseDurationSeconds: &secs,
+			AcquireTime:          &t,
+			RenewTime:            &t,
+			LeaseTransitions:     &transitions,
+		},
+	}
+}
+
+// leaseSeconds is LeaseDuration in whole seconds, rounded up: the API
+// server wants leaseDurationSeconds > 0. No replica reads it back; it is
+// for people and tools looking at the Leases.
+func (r *Replica) leaseSeconds() int32 {
+	return int32((r.cfg.LeaseDuration + time.Second - 1) / time.Second)
+}
+
+// deleteMember deletes the membership Lease with the given identity if its
+// resourceVersion is still rv.
+func (r *Replica) deleteMemberOf(ctx context.Context, identity, rv string) error {
+	return r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).Delete(ctx, memberLeaseName(r.cfg.Name, identity),
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+}
+
+func (r *Replica) deleteMember(ctx context.Context, rv string) error {
+	return r.deleteMemberOf(ctx, r.cfg.Identity, rv)
+}

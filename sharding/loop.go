@@ -1,0 +1,412 @@
+package sharding
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// This file is the replica's loop: one goroutine per replica, whatever the
+// number of shards. Per-shard state is a slice indexed by shard; timers
+// are one per replica (the loop's, and the expire timer of the session).
+
+// tick is one period of the loop: renew, read the ring, fence the members
+// that stopped renewing, then give up or take shards towards this
+// replica's fair share.
+func (r *Replica) tick(api context.Context) {
+	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
+	defer cancel()
+	r.renew(ctx)
+	v, err := r.list(ctx)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	r.fence(ctx, v, now)
+	if !r.adopt(v) {
+		return
+	}
+	r.mu.Lock()
+	alive, session := r.alive, r.session
+	r.mu.Unlock()
+	if !alive || r.leaving {
+		return
+	}
+	r.aliveFor++
+	r.plan(ctx, v, session)
+}
+
+// renew renews the membership Lease, or, if the session has lapsed and
+// every run of it has returned, starts a new session (ownership case 2).
+func (r *Replica) renew(ctx context.Context) {
+	r.mu.Lock()
+	alive, inflight, session := r.alive, r.inflight, r.session
+	r.mu.Unlock()
+	if !alive {
+		if r.leaving || inflight > 0 {
+			return
+		}
+		session = newSession()
+	}
+	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
+	sent := time.Now()
+	lease := r.memberLease(session, sent)
+	var out *coordinationv1.Lease
+	var err error
+	if r.memberRV == "" {
+		out, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+	} else {
+		lease.ResourceVersion = r.memberRV
+		out, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			r.memberRV = "" // fenced, or never made: create it next time
+		case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+			// Our own earlier write whose answer was lost, or a Lease
+			// left by an earlier run of this identity. Only this
+			// replica writes it (others only delete it), so the next
+			// update may build on it; a lapsed session still starts a
+			// new one.
+			if cur, gerr := leases.Get(ctx, lease.Name, metav1.GetOptions{}); gerr == nil {
+				r.memberRV = cur.ResourceVersion
+			}
+		}
+		return
+	}
+	r.memberRV = out.ResourceVersion
+	deadline := sent.Add(r.cfg.RenewDeadline)
+	r.mu.Lock()
+	if !r.alive {
+		r.alive = true
+		r.session = session
+		r.aliveFor = 0
+	}
+	r.deadline = deadline
+	r.mu.Unlock()
+	if r.expire == nil {
+		r.expire = time.AfterFunc(time.Until(deadline), func() { r.lose(false) })
+	} else {
+		r.expire.Reset(time.Until(deadline))
+	}
+}
+
+// fence deletes the membership Lease of every other member whose
+// resourceVersion has not changed for LeaseDuration (ownership case 3),
+// and drops it from v: its shards are free. A member whose renewal wins
+// the race keeps its Lease, and this replica sees the new version next
+// time.
+func (r *Replica) fence(ctx context.Context, v *view, now time.Time) {
+	for id := range r.seen {
+		if _, ok := v.members[id]; !ok {
+			delete(r.seen, id)
+		}
+	}
+	for id, m := range v.members {
+		if id == r.cfg.Identity {
+			continue
+		}
+		o, ok := r.seen[id]
+		if !ok || o.rv != m.rv {
+			r.seen[id] = observed{rv: m.rv, at: now}
+			continue
+		}
+		if now.Sub(o.at) < r.cfg.LeaseDuration {
+			continue
+		}
+		err := r.deleteMemberOf(ctx, id, m.rv)
+		if err == nil || apierrors.IsNotFound(err) {
+			delete(v.members, id)
+			delete(r.seen, id)
+		}
+	}
+}
+
+// adopt brings the local shard states in line with v: a shard Lease that
+// names this replica's session is held (after a write whose answer was
+// lost), and a held shard whose Lease names someone else is dropped (which
+// the protocol never lets happen while the session is alive). It returns
+// false, after ending the session, if v shows the session is over.
+func (r *Replica) adopt(v *view) bool {
+	me, present := v.members[r.cfg.Identity]
+	r.mu.Lock()
+	if r.alive && (!present || me.session != r.session) {
+		r.mu.Unlock()
+		r.lose(true)
+		return false
+	}
+	now := time.Now()
+	for i := range v.shards {
+		r.shardRV[i] = v.shards[i].rv
+		mine := r.alive && v.shards[i].holder == r.cfg.Identity && v.shards[i].session == r.session
+		st := &r.state[i]
+		switch {
+		case !mine && st.state != shardFree:
+			st.state = shardFree
+			r.cancelShardLocked(i, ErrLeaseLost)
+		case mine && st.state == shardFree && !r.leaving:
+			st.state = shardActive
+		case mine && st.state == shardFree && r.leaving:
+			*st = shard{state: shardDraining, inflight: st.inflight, graceEnd: now}
+		}
+	}
+	r.mu.Unlock()
+	return true
+}
+
+// cancelShardLocked cancels the runs of shard i. r.mu must be held.
+func (r *Replica) cancelShardLocked(i int, cause error) {
+	for _, run := range r.runs {
+		if run.shard == i {
+			run.cancel(cause)
+		}
+	}
+}
+
+// plan computes every live member's fair share from v and moves this
+// replica towards its own: it starts draining the shards it has beyond
+// its share that others are waiting for, and acquires free shards up to
+// its share.
+//
+// Shares are ⌊S/N⌋ or ⌈S/N⌉: the S mod N members first in identity order
+// get one more. That order does not depend on who holds what, so every
+// replica computes the same shares from the same view, and a join never
+// makes an old member's share grow (at most the newcomer's share moves),
+// nor does a leave make one shrink (only the leaver's shards move).
+//
+// Free shards are dealt out in identity order too: the member at position
+// k takes the free shards after the deficits of the members before it, so
+// replicas working from the same view never race for the same shard.
+func (r *Replica) plan(ctx context.Context, v *view, session string) {
+	ids := make([]string, 0, len(v.members))
+	for id := range v.members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	held := make(map[string]int, len(ids))
+	var free []int
+	for i, s := range v.shards {
+		m, ok := v.members[s.holder]
+		if s.exists && s.holder != "" && ok && m.session == s.session {
+			held[s.holder]++
+			continue
+		}
+		free = append(free, i)
+	}
+	n := len(ids)
+	share := func(k int) int {
+		t := r.shards / n
+		if k < r.shards%n {
+			t++
+		}
+		return t
+	}
+	me := slices.Index(ids, r.cfg.Identity)
+	if me < 0 {
+		return
+	}
+
+	// Give up what others are waiting for.
+	if over := held[r.cfg.Identity] - share(me); over > 0 {
+		wanted := -len(free)
+		for k, id := range ids {
+			if k != me {
+				wanted += max(0, share(k)-held[id])
+			}
+		}
+		var active, draining []int
+		r.mu.Lock()
+		for i := range r.state {
+			switch r.state[i].state {
+			case shardActive:
+				active = append(active, i)
+			case shardDraining:
+				draining = append(draining, i)
+			}
+		}
+		r.mu.Unlock()
+		if k := min(over, wanted) - len(draining); k > 0 {
+			r.drain(active[max(0, len(active)-k):])
+		}
+		return
+	}
+
+	// Take free shards, one tick after joining so that the newcomer sees
+	// the members that started with it.
+	if r.aliveFor < 2 {
+		return
+	}
+	offset := 0
+	for k := range me {
+		offset += max(0, share(k)-held[ids[k]])
+	}
+	want := max(0, share(me)-held[r.cfg.Identity])
+	if offset >= len(free) || want == 0 {
+		return
+	}
+	for _, i := range free[offset:min(len(free), offset+want)] {
+		r.acquire(ctx, i, v.shards[i], session)
+	}
+}
+
+// acquire writes shard i's Lease to name this replica and its session, on
+// the condition that it is still the version v showed (or still missing).
+func (r *Replica) acquire(ctx context.Context, i int, s shardInfo, session string) {
+	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
+	lease := r.shardLease(i, r.cfg.Identity, session, s.transitions+1, time.Now())
+	var out *coordinationv1.Lease
+	var err error
+	if !s.exists {
+		out, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+	} else {
+		lease.ResourceVersion = s.rv
+		out, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return // someone else was faster, or the API failed: next tick
+	}
+	r.shardRV[i] = out.ResourceVersion
+	r.mu.Lock()
+	if r.alive && r.session == session && !r.leaving && r.state[i].state == shardFree {
+		r.state[i] = shard{state: shardActive, inflight: r.state[i].inflight}
+	}
+	r.mu.Unlock()
+}
+
+// drain starts giving up the given active shards: no key of theirs is
+// admitted from now on, sync removes their keys from the queue, and
+// progress releases each once its runs have returned.
+func (r *Replica) drain(shards []int) {
+	end := time.Now().Add(r.cfg.GracePeriod)
+	r.mu.Lock()
+	for _, i := range shards {
+		if r.state[i].state == shardActive {
+			r.state[i] = shard{state: shardDraining, inflight: r.state[i].inflight, graceEnd: end}
+		}
+	}
+	r.mu.Unlock()
+}
+
+// progress releases the draining shards whose runs have all returned and
+// cancels the runs of those whose grace period is over. It returns when
+// it next needs to run (the earliest grace end still ahead), or zero.
+func (r *Replica) progress(api context.Context) time.Time {
+	now := time.Now()
+	var release []int
+	var wakeAt time.Time
+	r.mu.Lock()
+	for i := range r.state {
+		s := &r.state[i]
+		switch {
+		case s.state != shardDraining:
+		case s.inflight == 0:
+			release = append(release, i)
+		case !now.Before(s.graceEnd):
+			if !s.cancelled {
+				s.cancelled = true
+				r.cancelShardLocked(i, ErrGraceOver)
+			}
+		case wakeAt.IsZero() || s.graceEnd.Before(wakeAt):
+			wakeAt = s.graceEnd
+		}
+	}
+	r.mu.Unlock()
+	if len(release) == 0 {
+		return wakeAt
+	}
+	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
+	defer cancel()
+	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
+	for _, i := range release {
+		if r.shardRV[i] == "" {
+			continue
+		}
+		lease := r.shardLease(i, "", "", 0, now)
+		lease.Spec.AcquireTime = nil
+		lease.ResourceVersion = r.shardRV[i]
+		out, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			r.shardRV[i] = out.ResourceVersion
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			// Changed under us: the session must be over.
+		default:
+			continue // retried after the next tick
+		}
+		r.mu.Lock()
+		if r.state[i].state == shardDraining {
+			r.state[i].state = shardFree
+		}
+		r.mu.Unlock()
+	}
+	return wakeAt
+}
+
+// sync compares the active shards with those of the last call: it removes
+// the queued keys of the shards given up or lost, and enqueues every
+// object the informer holds of the shards gained, since their events went
+// to another replica. It then tells OnChange.
+func (r *Replica) sync() {
+	now := r.Shards()
+	gained, lost := diff(r.prev, now), diff(now, r.prev)
+	r.prev = now
+	if len(gained)+len(lost) == 0 {
+		return
+	}
+	in := make([]int8, r.shards) // 1 gained, -1 lost
+	for _, i := range gained {
+		in[i] = 1
+	}
+	for _, i := range lost {
+		in[i] = -1
+	}
+	var gone []string
+	if len(lost) > 0 {
+		r.mu.Lock()
+		for k, s := range r.gone {
+			if in[s] < 0 && r.state[s].state != shardActive {
+				gone = append(gone, k)
+				delete(r.gone, k)
+			}
+		}
+		r.mu.Unlock()
+	}
+	for _, obj := range r.cfg.Informer.GetStore().List() {
+		s, ok := r.ShardOfObject(obj)
+		if !ok || in[s] == 0 {
+			continue
+		}
+		key, err := cache.MetaNamespaceKeyFunc(obj)
+		if err != nil {
+			continue
+		}
+		if in[s] > 0 {
+			r.cfg.Queue.Add(key)
+		} else {
+			r.cfg.Queue.Remove(key)
+		}
+	}
+	for _, k := range gone {
+		r.cfg.Queue.Remove(k)
+	}
+	if r.cfg.OnChange != nil {
+		r.cfg.OnChange(slices.Clone(now))
+	}
+}
+
+// diff returns the elements of b not in a; both are sorted.
+func diff(a, b []int) []int {
+	var out []int
+	for _, x := range b {
+		if _, found := slices.BinarySearch(a, x); !found {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,588 @@
+// Package sharding runs one controller on many replicas: the keys of a
+// workqueue are split into shards, ranges of a 64-bit FNV-1a hash of each
+// object's UID or namespace (KEP-5866's shardRange), and each replica
+// processes only the keys of the shards it holds. Replicas coordinate
+// through coordination.k8s.io/v1 Leases in one namespace and nothing else:
+// no replica is special and there is no separate sharder.
+//
+// A replica wires up with what a controller already has: a client-go
+// informer, a *workqueue.RateLimitingQueue[string] and workqueue.Run.
+//
+//	r, err := sharding.New(sharding.Config{
+//		Client: client, Namespace: "kube-system", Name: "my-controller",
+//		Identity: podName, Informer: informer, Queue: q,
+//	})
+//	go r.Run(ctx)                                      // holds shards, feeds q
+//	workqueue.Run(ctx, q, 4, r.Handler(reconcile))     // runs only owned keys
+//
+// The README gives the contract, the timing assumption and a scaling sheet.
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Defaults of the timing fields of Config: client-go's leader election
+// defaults, with the same meaning.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+	DefaultGracePeriod   = 5 * time.Second
+	DefaultShards        = 16
+)
+
+// Config configures a Replica. Client, Namespace, Name, Identity, Informer
+// and Queue are required; every other field has a zero value that works.
+type Config struct {
+	// Client is used for Leases only, in Namespace.
+	Client kubernetes.Interface
+	// Namespace holds the ring's Leases.
+	Namespace string
+	// Name names the ring: every replica of one controller uses the same
+	// Name, and its Leases are "<Name>-member-<Identity>" and
+	// "<Name>-shard-<i>", labelled sharding.go-coalesce.io/ring=<Name>.
+	// It must be a valid label value and a DNS subdomain.
+	Name string
+	// Identity names this replica; it must be unique among the live
+	// replicas of the ring (a pod name is), as in leader election.
+	Identity string
+
+	// Shards is the number of shards S of the ring, a power of two from 1
+	// to 65536, the same on every replica; zero means DefaultShards (16).
+	// Choose it above the largest replica count you expect: a ring of S
+	// shards spreads over at most S replicas.
+	Shards int
+	// Field is the object field that is hashed: FieldUID (the default,
+	// when empty) or FieldNamespace.
+	Field string
+
+	// Informer is the controller's informer of the sharded objects. The
+	// replica adds an event handler to it that enqueues the keys
+	// ("namespace/name") of the objects of the shards it holds, and reads
+	// its store to find a key's shard and a gained shard's objects. The
+	// caller starts it.
+	Informer cache.SharedIndexInformer
+	// Queue is the controller's queue. The replica adds keys of the shards
+	// it holds and removes a shard's keys when it gives the shard up.
+	Queue *workqueue.RateLimitingQueue[string]
+
+	// LeaseDuration is how long another replica waits, after it last saw
+	// this replica's membership Lease change, before it takes the shards
+	// away. Zero means DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long after the start of its last successful
+	// renewal a replica keeps processing its shards' keys when renewals
+	// fail; then it stops admitting them and cancels their runs. It must
+	// be below LeaseDuration, by enough to cover clock drift and the time
+	// a cancelled handler takes to return. Zero means DefaultRenewDeadline.
+	RenewDeadline time.Duration
+	// RetryPeriod is the period of the replica's loop: it renews its
+	// membership Lease and reads the ring once per period. It must be
+	// below RenewDeadline. Zero means DefaultRetryPeriod.
+	RetryPeriod time.Duration
+	// GracePeriod is how long the in-flight runs of a shard that the
+	// replica gives up voluntarily (to balance, or when leaving) may go on
+	// before their context is cancelled. The shard is released once they
+	// have returned. Zero means DefaultGracePeriod.
+	GracePeriod time.Duration
+
+	// SkipRelease makes Run, when its context ends, stop at once without
+	// releasing anything, as a crashed process would: the runs in flight
+	// are cancelled and the other replicas take the shards after
+	// LeaseDuration. The zero value leaves gracefully: the shards are
+	// drained and released, then the membership Lease is deleted.
+	SkipRelease bool
+
+	// OnChange, if not nil, is called with the sorted shards the replica
+	// holds every time that set changes. It runs on the replica's loop
+	// goroutine, which it must not block.
+	OnChange func(shards []int)
+}
+
+// Replica is one replica of a sharded controller. Create it with New, run
+// its loop with Run and wrap the controller's handler with Handler. Its
+// methods are safe for concurrent use; the zero Replica is not usable.
+//
+// # Ownership, and why two replicas never run one key at once
+//
+// Each replica keeps one membership Lease, renewed every RetryPeriod with
+// an update conditioned on its resourceVersion; each shard has a shard
+// Lease that names its holder and the holder's session (a random token
+// that changes whenever the holder loses continuity). A shard Lease is
+// written only when the shard moves, so a quiet ring writes one Lease per
+// replica per RetryPeriod, whatever S is. A shard is held by the replica it
+// names as long as that replica's membership Lease exists with the same
+// session. Nobody ever overwrites the shard Lease of a live holder: a
+// replica acquires a shard (a conditional update) only if its Lease is
+// empty, or its holder's membership Lease is gone, or carries another
+// session.
+//
+// A replica runs a key only while it is alive — less than RenewDeadline
+// has passed since it sent its last successful renewal — and holds the
+// key's shard; Handler checks both under the replica's lock at every run's
+// start, and a timer cancels every run when RenewDeadline passes. The
+// shard then becomes free for another replica in exactly one of three
+// ways, each after the holder has stopped:
+//
+//  1. The holder releases it: it stops admitting the shard's keys, removes
+//     them from the queue, lets its runs finish (cancelling them after
+//     GracePeriod), and only when none is left empties the shard Lease.
+//  2. The holder starts a new session after losing continuity: it does so
+//     only once every run of the old session has returned.
+//  3. Another replica fences the holder, deleting its membership Lease on
+//     the condition that its resourceVersion is still the one it saw
+//     LeaseDuration ago. The holder's renewal, if any, is conditioned on
+//     the same resourceVersion, so exactly one of the two succeeds: if
+//     the renewal did, the fence fails; if the fence did, the holder's
+//     last successful renewal is the one the fencer saw, which was sent
+//     before the fencer first saw it, so the holder stopped at most
+//     RenewDeadline after that, while the fencer waited LeaseDuration.
+//
+// Case 3 rests on the timing assumption of client-go's leader election:
+// clocks advance at nearly the same rate, and LeaseDuration − RenewDeadline
+// covers the drift over LeaseDuration plus the time a cancelled handler
+// takes to return. A handler that ignores its context's cancellation for
+// longer can overlap with the next holder; nothing outside the process can
+// stop it.
+type Replica struct {
+	cfg    Config
+	field  string
+	shards int
+	wake   chan struct{}
+
+	mu sync.Mutex // protects the fields below
+	// alive is true while the session is continuous: a renewal sent less
+	// than RenewDeadline ago succeeded. Runs start only while it is true.
+	alive    bool
+	deadline time.Time // alive ends here unless a renewal succeeds
+	session  string    // the session the shard Leases name
+	state    []shard   // one per shard
+	runs     map[uint64]run
+	nextRun  uint64
+	inflight int            // runs in flight, all shards
+	gone     map[string]int // deleted objects' keys waiting for a run → shard
+	running  bool           // Run has been called
+
+	// leaving is set by the loop when Run's context ends (read by
+	// Handler under mu, written by the loop under mu).
+	leaving bool
+
+	// Touched only by the loop goroutine (Run).
+	expire   *time.Timer         // calls lose at deadline
+	memberRV string              // resourceVersion of our membership Lease, "" if unknown
+	seen     map[string]observed // other members: last resourceVersion seen and when
+	shardRV  []string            // resourceVersion of each shard Lease, "" if missing
+	prev     []int               // the active shards at the last sync
+	aliveFor int                 // ticks since the session began
+	leaveBy  time.Time           // give up leaving here
+}
+
+// The states of one shard, as this replica sees it.
+const (
+	shardFree     uint8 = iota // not ours
+	shardActive                // ours: keys admitted and run
+	shardDraining              // being given up: no key admitted, runs finishing
+)
+
+type shard struct {
+	state     uint8
+	cancelled bool      // draining: the runs were cancelled at graceEnd
+	inflight  int       // runs of this shard in flight
+	graceEnd  time.Time // draining: runs are cancelled from here on
+}
+
+type run struct {
+	shard  int
+	cancel context.CancelCauseFunc
+}
+
+type observed struct {
+	rv string
+	at time.Time
+}
+
+// Errors given as the cause of a cancelled run's context.
+var (
+	// ErrLeaseLost is the cause when the replica's membership lapsed
+	// (RenewDeadline passed without a successful renewal) or Run stopped
+	// without releasing.
+	ErrLeaseLost = errors.New("sharding: lease lost")
+	// ErrGraceOver is the cause when a shard being given up still had
+	// runs in flight when its GracePeriod ended.
+	ErrGraceOver = errors.New("sharding: shard given up, grace period over")
+)
+
+// New checks cfg, fills in its defaults and returns a replica that holds no
+// shard until Run is called.
+func New(cfg Config) (*Replica, error) {
+	if cfg.Client == nil || cfg.Informer == nil || cfg.Queue == nil {
+		return nil, errors.New("sharding: Config needs Client, Informer and Queue")
+	}
+	if cfg.Namespace == "" || cfg.Name == "" || cfg.Identity == "" {
+		return nil, errors.New("sharding: Config needs Namespace, Name and Identity")
+	}
+	if errs := validation.IsValidLabelValue(cfg.Name); len(errs) > 0 {
+		return nil, fmt.Errorf("sharding: Name %q: %v", cfg.Name, errs)
+	}
+	if errs := validation.IsDNS1123Subdomain(memberLeaseName(cfg.Name, cfg.Identity)); len(errs) > 0 {
+		return nil, fmt.Errorf("sharding: Name and Identity %q make no Lease name: %v", cfg.Identity, errs)
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = DefaultShards
+	}
+	if !validShards(cfg.Shards) {
+		return nil, fmt.Errorf("sharding: Shards is %d, need a power of two from 1 to 65536", cfg.Shards)
+	}
+	switch cfg.Field {
+	case "":
+		cfg.Field = FieldUID
+	case FieldUID, FieldNamespace:
+	default:
+		return nil, fmt.Errorf("sharding: Field %q, need %q or %q", cfg.Field, FieldUID, FieldNamespace)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.LeaseDuration, DefaultLeaseDuration)
+	def(&cfg.RenewDeadline, DefaultRenewDeadline)
+	def(&cfg.RetryPeriod, DefaultRetryPeriod)
+	def(&cfg.GracePeriod, DefaultGracePeriod)
+	if !(0 < cfg.RetryPeriod && cfg.RetryPeriod < cfg.RenewDeadline && cfg.RenewDeadline < cfg.LeaseDuration) {
+		return nil, fmt.Errorf("sharding: need 0 < RetryPeriod (%v) < RenewDeadline (%v) < LeaseDuration (%v)",
+			cfg.RetryPeriod, cfg.RenewDeadline, cfg.LeaseDuration)
+	}
+	if cfg.GracePeriod < 0 {
+		return nil, errors.New("sharding: negative GracePeriod")
+	}
+	r := &Replica{
+		cfg:     cfg,
+		field:   cfg.Field,
+		shards:  cfg.Shards,
+		wake:    make(chan struct{}, 1),
+		state:   make([]shard, cfg.Shards),
+		runs:    make(map[uint64]run),
+		gone:    make(map[string]int),
+		seen:    make(map[string]observed),
+		shardRV: make([]string, cfg.Shards),
+	}
+	return r, nil
+}
+
+// Shards returns the sorted shards the replica holds now (whose keys it
+// admits and runs).
+func (r *Replica) Shards() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.activeLocked()
+}
+
+// activeLocked returns the active shards. r.mu must be held.
+func (r *Replica) activeLocked() []int {
+	var out []int
+	if !r.alive {
+		return out
+	}
+	for i := range r.state {
+		if r.state[i].state == shardActive {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Owns reports whether the replica would run key now: it holds the key's
+// shard and its membership is alive.
+func (r *Replica) Owns(key string) bool {
+	s, ok := r.shardOfKey(key)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !ok {
+		s, ok = r.gone[key]
+	}
+	return ok && r.admitsLocked(s, time.Now())
+}
+
+// ShardOfObject returns the shard of obj (an object with metadata, or a
+// cache.DeletedFinalStateUnknown), or false if it has no metadata.
+func (r *Replica) ShardOfObject(obj any) (int, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	v, ok := fieldValue(obj, r.field)
+	if !ok {
+		return 0, false
+	}
+	return ShardOf(Hash(v), r.shards), true
+}
+
+// shardOfKey finds key's shard from the informer's store, or, sharding by
+// namespace, from the key itself.
+func (r *Replica) shardOfKey(key string) (int, bool) {
+	if obj, ok, err := r.cfg.Informer.GetStore().GetByKey(key); err == nil && ok {
+		return r.ShardOfObject(obj)
+	}
+	if r.field == FieldNamespace {
+		ns, _, err := cache.SplitMetaNamespaceKey(key)
+		if err == nil {
+			return ShardOf(Hash(ns), r.shards), true
+		}
+	}
+	return 0, false
+}
+
+// admitsLocked reports whether keys of shard s may start running at now.
+// r.mu must be held.
+func (r *Replica) admitsLocked(s int, now time.Time) bool {
+	return r.alive && now.Before(r.deadline) && r.state[s].state == shardActive
+}
+
+// Handler wraps a controller's handler for workqueue.Run: it runs handle
+// for the keys of the shards the replica holds and returns nil at once for
+// any other key (its new holder enqueues it). The context handle gets is
+// also cancelled when the key's shard is lost (ErrLeaseLost) or was given
+// up and its GracePeriod ended (ErrGraceOver); context.Cause tells which.
+//
+// A key's shard is that of its object in the informer's store; for an
+// object deleted since, the one it had at its delete event. A key whose
+// shard cannot be found (not in the store, no delete event seen) is not run.
+func (r *Replica) Handler(handle func(ctx context.Context, key string) error) func(context.Context, string) error {
+	return func(ctx context.Context, key string) (err error) {
+		s, inStore := r.shardOfKey(key)
+		r.mu.Lock()
+		if !inStore {
+			var ok bool
+			if s, ok = r.gone[key]; !ok {
+				r.mu.Unlock()
+				return nil
+			}
+		}
+		if !r.admitsLocked(s, time.Now()) {
+			r.mu.Unlock()
+			return nil
+		}
+		id := r.nextRun
+		r.nextRun++
+		rctx, cancel := context.WithCancelCause(ctx)
+		r.runs[id] = run{shard: s, cancel: cancel}
+		r.state[s].inflight++
+		r.inflight++
+		r.mu.Unlock()
+
+		defer func() {
+			r.mu.Lock()
+			delete(r.runs, id)
+			r.state[s].inflight--
+			r.inflight--
+			poke := (r.state[s].state == shardDraining && r.state[s].inflight == 0) ||
+				(r.inflight == 0 && (!r.alive || r.leaving))
+			if !inStore && err == nil {
+				delete(r.gone, key)
+			}
+			r.mu.Unlock()
+			cancel(nil)
+			if poke {
+				r.poke()
+			}
+		}()
+		return handle(rctx, key)
+	}
+}
+
+// poke wakes the loop without blocking.
+func (r *Replica) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// lose ends the session when its deadline has passed: no key of any shard
+// is admitted any more and every run in flight is cancelled. It is called
+// by the expire timer, and by the loop when the ring shows that the
+// session is over.
+func (r *Replica) lose(force bool) {
+	r.mu.Lock()
+	if !r.alive || (!force && time.Now().Before(r.deadline)) {
+		r.mu.Unlock()
+		return
+	}
+	r.alive = false
+	for i := range r.state {
+		r.state[i].state = shardFree
+	}
+	for _, run := range r.runs {
+		run.cancel(ErrLeaseLost)
+	}
+	clear(r.gone)
+	r.mu.Unlock()
+	r.poke()
+}
+
+// eventHandler admits the keys of the held shards into the queue.
+func (r *Replica) eventHandler() cache.ResourceEventHandler {
+	admit := func(obj any, deleted bool) {
+		s, ok := r.ShardOfObject(obj)
+		if !ok {
+			return
+		}
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		ok = r.admitsLocked(s, time.Now())
+		if ok && deleted {
+			r.gone[key] = s
+		}
+		r.mu.Unlock()
+		if ok {
+			r.cfg.Queue.Add(key)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { admit(obj, false) },
+		UpdateFunc: func(_, obj any) { admit(obj, false) },
+		DeleteFunc: func(obj any) { admit(obj, true) },
+	}
+}
+
+// Run holds shards until ctx ends: it joins the ring, renews its
+// membership Lease every RetryPeriod, takes and gives up shards to keep the
+// ring balanced, enqueues every object of a shard it gains and removes the
+// keys of a shard it gives up. It first waits for the informer to sync.
+//
+// When ctx ends, Run leaves gracefully (unless Config.SkipRelease): it
+// stops admitting keys, drains and releases its shards (at most
+// GracePeriod, then their runs are cancelled) and deletes its membership
+// Lease. It returns nil then, or an error if the runs did not return within
+// GracePeriod + RenewDeadline, in which case the shards are left to expire.
+// Run may be called once.
+func (r *Replica) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.running {
+		r.mu.Unlock()
+		return errors.New("sharding: Run called twice")
+	}
+	r.running = true
+	r.mu.Unlock()
+
+	reg, err := r.cfg.Informer.AddEventHandler(r.eventHandler())
+	if err != nil {
+		return fmt.Errorf("sharding: adding the event handler: %w", err)
+	}
+	defer func() { _ = r.cfg.Informer.RemoveEventHandler(reg) }()
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		return nil
+	}
+
+	api := context.WithoutCancel(ctx)
+	defer func() {
+		if r.expire != nil {
+			r.expire.Stop()
+		}
+	}()
+	done := ctx.Done()
+	next := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-done:
+			done = nil
+			if r.cfg.SkipRelease {
+				r.abandon()
+				return nil
+			}
+			r.leave()
+		case <-timer.C:
+		case <-r.wake:
+		}
+		now := time.Now()
+		if !now.Before(next) {
+			next = now.Add(r.cfg.RetryPeriod)
+			r.tick(api)
+		}
+		r.sync() // before progress: keys are removed before a release
+		wakeAt := r.progress(api)
+		r.sync()
+		if r.leaving {
+			if finished, err := r.leaveDone(api); finished {
+				return err
+			}
+			if wakeAt.IsZero() || r.leaveBy.Before(wakeAt) {
+				wakeAt = r.leaveBy
+			}
+		}
+		if wakeAt.IsZero() || next.Before(wakeAt) {
+			wakeAt = next
+		}
+		timer.Reset(time.Until(wakeAt))
+	}
+}
+
+// abandon stops everything without writing, as a crash would.
+func (r *Replica) abandon() {
+	r.mu.Lock()
+	r.alive = false
+	for i := range r.state {
+		r.state[i].state = shardFree
+	}
+	for _, run := range r.runs {
+		run.cancel(ErrLeaseLost)
+	}
+	r.mu.Unlock()
+}
+
+// leave starts a graceful leave: every held shard starts draining.
+func (r *Replica) leave() {
+	r.leaveBy = time.Now().Add(r.cfg.GracePeriod + r.cfg.RenewDeadline)
+	var drain []int
+	r.mu.Lock()
+	r.leaving = true
+	for i := range r.state {
+		if r.state[i].state == shardActive {
+			drain = append(drain, i)
+		}
+	}
+	r.mu.Unlock()
+	r.drain(drain)
+}
+
+// leaveDone finishes a leave once no shard is held and no run is in flight
+// (deleting the membership Lease), or gives up at leaveBy.
+func (r *Replica) leaveDone(api context.Context) (bool, error) {
+	r.mu.Lock()
+	busy := r.inflight > 0
+	for i := range r.state {
+		if r.state[i].state != shardFree {
+			busy = true
+		}
+	}
+	r.mu.Unlock()
+	if busy {
+		if !time.Now().Before(r.leaveBy) {
+			r.abandon()
+			return true, errors.New("sharding: runs still in flight after GracePeriod + RenewDeadline; shards left to expire")
+		}
+		return false, nil
+	}
+	r.lose(true)
+	if r.memberRV != "" {
+		ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
+		defer cancel()
+		_ = r.deleteMember(ctx, r.memberRV) // others fence it if this fails
+	}
+	return true, nil
+}
