@@ -29,6 +29,7 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 	if d <= 0 {
 		added = q.markDirty(item, prio)
 	} else {
+		q.toFull()
 		now := q.now()
 		when := now + int64(d)
 		if when < now {
@@ -62,7 +63,7 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 		}
 		q.arm(now)
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if q.metrics != nil {
 		q.metrics.Retried()
 		if added {
@@ -139,7 +140,7 @@ func (q *Queue[T]) fire() {
 		}
 	}
 	q.arm(now)
-	q.mu.Unlock()
+	q.unlock()
 	if q.metrics != nil {
 		for range added {
 			q.metrics.Added()

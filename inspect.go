@@ -173,6 +173,7 @@ func (q *Queue[T]) InspectLimited(l InspectLimits) []KeyInfo[T] {
 // snapshot.
 func (q *Queue[T]) State(item T) KeyState {
 	q.mu.Lock()
+	q.toFull() // a lean table is moved to keyState first (stopgap: infoOf reads keyState)
 	st, ok := q.keys.m[item]
 	q.mu.Unlock()
 	if !ok {
@@ -213,6 +214,7 @@ func (q *Queue[T]) readyOrdered() bool {
 // keys of each part, and at most total in all, filled in that order.
 func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 	q.mu.Lock()
+	q.toFull() // a lean table is moved to keyState first (stopgap: infoOf reads keyState)
 	defer q.mu.Unlock()
 	total = max(total, 0)
 	np := min(max(l.Processing, 0), q.processing) // l.Processing <= total

@@ -84,9 +84,14 @@ type Queue[T comparable] struct {
 	mu   sync.Mutex
 	cond sync.Cond
 
-	// keys holds every key that is ready, waiting or processing, with its
-	// flags: the dirty and processing sets (dirty_set.go).
+	// The key table: every key that is ready, waiting or processing, with
+	// its flags, the dirty and processing sets (dirty_set.go). While full is
+	// false it is lean, which holds only the flags; once a key needs more
+	// (a deadline, a priority, a run start for metrics) the table moves to
+	// keys, for good (toFull).
+	lean shrinkingMap[T, uint8]
 	keys shrinkingMap[T, keyState]
+	full bool
 
 	// The ready keys: in fifo unless Config.Store gave a store. prio is
 	// store again when it is a PriorityStore, else nil.
@@ -111,6 +116,7 @@ type Queue[T comparable] struct {
 	waiting    int // keys with fWaiting
 	processing int // keys with fProcessing
 	getters    int // goroutines waiting in Get or GetContext
+	owed       int // Signals to send at unlock: keys made ready for getters
 	drainers   int // goroutines waiting in ShutDownWithDrain*
 	// interrupts counts the ShutDown calls that found drainers waiting. A
 	// drainer remembers it when it starts to wait and stops waiting when it
@@ -149,6 +155,10 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		} else {
 			q.metrics = cfg.Metrics.NewQueueMetrics(cfg.Name, q.Stats)
 		}
+		q.full = q.metrics != nil // metrics keep every key's run start
+	}
+	if q.quiet > 0 {
+		q.full = true // debounced keys wait for a deadline
 	}
 	return q
 }
@@ -162,13 +172,31 @@ func (q *Queue[T]) Add(item T) {
 	if q.store == nil && q.metrics == nil && q.quiet == 0 && !q.shuttingDown {
 		// The common cases of a plain queue, spelled out: a new key is
 		// pushed, a key already in the FIFO keeps its place.
+		if !q.full {
+			f, ok := q.lean.m[item]
+			switch {
+			case !ok:
+				q.lean.put(item, fDirty)
+				q.dirty++
+				q.fifo.Push(item)
+				q.wake()
+				q.unlock()
+			case f&fDirty != 0:
+				q.mu.Unlock()
+			default: // processing: due again at Done
+				q.lean.m[item] = f | fDirty
+				q.dirty++
+				q.mu.Unlock()
+			}
+			return
+		}
 		st, ok := q.keys.m[item]
 		if !ok {
 			q.keys.put(item, keyState{flags: fDirty})
 			q.dirty++
 			q.fifo.Push(item)
 			q.wake()
-			q.mu.Unlock()
+			q.unlock()
 			return
 		}
 		if st.flags == fDirty {
@@ -176,7 +204,7 @@ func (q *Queue[T]) Add(item T) {
 			return
 		}
 		q.markDirtyState(item, st, ok, 0, false)
-		q.mu.Unlock()
+		q.unlock()
 		return
 	}
 	q.addLocked(item, 0)
@@ -211,11 +239,11 @@ func (q *Queue[T]) addLocked(item T, prio int32) {
 		// The key waits for its burst to settle; it is counted as
 		// added when its run becomes due.
 		q.addDebounced(item, prio)
-		q.mu.Unlock()
+		q.unlock()
 		return
 	}
 	added := q.markDirty(item, prio)
-	q.mu.Unlock()
+	q.unlock()
 	if added && q.metrics != nil {
 		q.metrics.Added()
 	}
@@ -225,8 +253,52 @@ func (q *Queue[T]) addLocked(item T, prio int32) {
 // column of the state table. It reports whether the key became dirty (an
 // "add" for metrics). q.mu must be held and the queue not shut down.
 func (q *Queue[T]) markDirty(item T, prio int32) bool {
+	if !q.full {
+		if prio == 0 {
+			return q.markDirtyLean(item)
+		}
+		q.toFull()
+	}
 	st, ok := q.keys.m[item]
 	return q.markDirtyState(item, st, ok, prio, false)
+}
+
+// markDirtyLean is markDirty at priority 0 for a lean table, where no key
+// waits: absent becomes ready, processing becomes processing+dirty, and a
+// key already due stays so. q.mu must be held.
+func (q *Queue[T]) markDirtyLean(item T) bool {
+	f, ok := q.lean.m[item]
+	if ok && f&fDirty != 0 {
+		if f&fProcessing == 0 {
+			q.touch(item)
+		}
+		return false
+	}
+	f |= fDirty
+	q.lean.put(item, f)
+	q.dirty++
+	if f&fProcessing == 0 {
+		q.push(item, 0)
+	}
+	return true
+}
+
+// toFull moves the key table from lean to keys, the first time a key needs
+// more than its flags: O(keys) once, after which every path uses keys. q.mu
+// must be held.
+func (q *Queue[T]) toFull() {
+	if q.full {
+		return
+	}
+	q.full = true
+	if len(q.lean.m) > 0 {
+		q.keys.m = make(map[T]keyState, len(q.lean.m))
+		for k, f := range q.lean.m {
+			q.keys.m[k] = keyState{flags: f}
+		}
+	}
+	q.keys.peak, q.keys.burst, q.keys.prev = len(q.keys.m), q.lean.burst, q.lean.prev
+	q.lean = shrinkingMap[T, uint8]{}
 }
 
 // markDirtyState is markDirty for a caller that has looked item up already:
@@ -298,12 +370,34 @@ func (q *Queue[T]) pushEntry(item T, prio int32) {
 	}
 }
 
-// wake tells one waiting getter that a key is ready. Drainers wait on the
-// same cond, but they never steal this Signal from a getter: getters stop
-// waiting once the queue shuts down, and drainers only wait after it has.
-// q.mu must be held.
+// wake owes one waiting getter a wake-up for a key just made ready, unless
+// every waiting getter is owed one already. q.mu must be held, and released
+// with unlock, which pays what is owed.
+//
+// The Signal is sent after the lock is released, not under it: a getter
+// woken while the lock is still held runs (on another core) only to find the
+// lock taken, and parks again on the mutex, which both costs it a second
+// sleep and wakeup and, when goroutines outnumber cores, adds a waiter to
+// the mutex's queue (see the contention notes in README.md). Sending it after
+// the Unlock loses no wake-up: a getter counted in getters registered with
+// cond before it released the lock, so the Signal finds it (or a getter that
+// came later; either rechecks for a key).
+//
+// Drainers wait on the same cond, but they never steal this Signal from a
+// getter: getters stop waiting once the queue shuts down, and drainers only
+// wait after it has.
 func (q *Queue[T]) wake() {
-	if q.getters > 0 {
+	if q.getters > q.owed {
+		q.owed++
+	}
+}
+
+// unlock releases q.mu and then sends the Signals that wake owed.
+func (q *Queue[T]) unlock() {
+	n := q.owed
+	q.owed = 0
+	q.mu.Unlock()
+	for range n {
 		q.cond.Signal()
 	}
 }
@@ -484,6 +578,11 @@ func (q *Queue[T]) take(wantPrio bool) (item T, prio int32, waited time.Duration
 	item = q.pop()
 	q.dirty--
 	q.processing++
+	if !q.full {
+		// A ready key has only fDirty, and lean keys have priority 0.
+		q.lean.m[item] = fProcessing
+		return item, 0, 0
+	}
 	if q.metrics == nil && !wantPrio {
 		// A ready key has only fDirty: overwriting the entry is exact
 		// and hashes the key once.
@@ -506,6 +605,10 @@ func (q *Queue[T]) take(wantPrio bool) (item T, prio int32, waited time.Duration
 // with AddAfter. Done of a key that is not processing does nothing.
 func (q *Queue[T]) Done(item T) {
 	q.mu.Lock()
+	if !q.full {
+		q.doneLean(item)
+		return
+	}
 	if q.dirty == 0 && q.waiting == 0 && q.metrics == nil {
 		// No key is dirty or waiting, so every key in the table is
 		// processing and nothing else: if item is there, Done just
@@ -549,10 +652,41 @@ func (q *Queue[T]) Done(item T) {
 	if q.drainers > 0 && q.processing == 0 {
 		q.cond.Broadcast()
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if q.metrics != nil {
 		q.metrics.Worked(worked)
 	}
+}
+
+// doneLean is Done on a lean table, which releases q.mu. No key waits
+// there and metrics are off.
+func (q *Queue[T]) doneLean(item T) {
+	var f uint8
+	if q.dirty == 0 {
+		// Every key in the table is processing and nothing else: one
+		// hash, as in Done.
+		if !q.lean.delPresent(item) {
+			q.mu.Unlock()
+			return
+		}
+	} else {
+		var ok bool
+		if f, ok = q.lean.m[item]; !ok || f&fProcessing == 0 {
+			q.mu.Unlock()
+			return
+		}
+		if f &^= fProcessing; f != 0 {
+			q.lean.m[item] = f // dirty: ready again, at the tail
+			q.push(item, 0)
+		} else {
+			q.lean.del(item)
+		}
+	}
+	q.processing--
+	if q.drainers > 0 && q.processing == 0 {
+		q.cond.Broadcast()
+	}
+	q.unlock()
 }
 
 // Len returns the number of ready keys, as client-go's Len does: keys
@@ -611,6 +745,10 @@ func (q *Queue[T]) dirtyByPriority(m map[int]int) {
 // scanDirtyByPriority is dirtyByPriority by one pass over the key table.
 // q.mu must be held.
 func (q *Queue[T]) scanDirtyByPriority(m map[int]int) {
+	if !q.full {
+		m[0] += q.dirty // a lean table's keys all have priority 0
+		return
+	}
 	for _, st := range q.keys.m {
 		if st.flags&fDirty != 0 {
 			m[int(st.prio)]++
@@ -637,7 +775,7 @@ func (q *Queue[T]) ShutDown() {
 		q.interrupts++
 		q.cond.Broadcast()
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if first {
 		q.reportShutDown(flushed)
 	}
@@ -714,7 +852,7 @@ func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
 	if waiting {
 		q.drainers++
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if first {
 		q.reportShutDown(flushed)
 	}

@@ -63,6 +63,9 @@ const maxGhosts = 64
 func (q *Queue[T]) Remove(item T) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if !q.full {
+		return q.removeLean(item)
+	}
 	st, ok := q.keys.m[item]
 	if !ok || st.flags&(fDirty|fWaiting) == 0 {
 		return false
@@ -90,6 +93,26 @@ func (q *Queue[T]) Remove(item T) bool {
 		q.keys.del(item)
 	} else {
 		q.keys.m[item] = st
+	}
+	if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
+		q.cond.Broadcast()
+	}
+	return true
+}
+
+// removeLean is Remove on a lean table, where no key waits and metrics are
+// off. q.mu must be held.
+func (q *Queue[T]) removeLean(item T) bool {
+	f, ok := q.lean.m[item]
+	if !ok || f&fDirty == 0 {
+		return false
+	}
+	q.dirty--
+	if f &^= fDirty; f == 0 {
+		q.unstore(item) // it was ready
+		q.lean.del(item)
+	} else {
+		q.lean.m[item] = f // processing: only its re-run is cancelled
 	}
 	if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
 		q.cond.Broadcast()
@@ -134,7 +157,7 @@ func (q *Queue[T]) exorcise() {
 	for range q.ghosts + q.ready() {
 		item := q.popEntry()
 		if !q.isGhost(item) {
-			q.pushEntry(item, q.keys.m[item].prio)
+			q.pushEntry(item, q.keys.m[item].prio) // 0 on a lean table, as its keys are
 		}
 	}
 }

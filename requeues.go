@@ -161,6 +161,7 @@ func (q *RateLimitingQueue[T]) MostRequeued(n int) []KeyInfo[T] {
 			}
 			out := make([]KeyInfo[T], len(top))
 			q.mu.Lock()
+			q.toFull() // stopgap: infoOf reads keyState
 			for i, kc := range top {
 				out[i] = q.infoOf(kc.key)
 				out[i].Requeues = kc.n

@@ -7,7 +7,6 @@
 package bench
 
 import (
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -29,6 +28,10 @@ type Workload struct {
 	// Goal is the largest ratio ours/theirs (ns/op) that the issues ask
 	// for; zero means no goal.
 	Goal float64
+	// Bimodal marks a workload whose rounds fall into a fast and a slow
+	// mode (contended locks): the table then also compares the slow
+	// halves.
+	Bimodal bool
 	// RunOurs and RunTheirs are benchmark functions.
 	RunOurs, RunTheirs func(b *testing.B)
 	// Floors run the workload on floors (floor.go): the least work its
@@ -41,6 +44,9 @@ type Workload struct {
 type Floor struct {
 	// Name tells floors of one workload apart; empty for a sole floor.
 	Name string
+	// Goal is the largest ratio ours/floor (ns/op) that the issues ask
+	// for; zero means no goal.
+	Goal float64
 	Run  func(b *testing.B)
 }
 
@@ -74,14 +80,14 @@ func newTheirs() cycler { return clientworkqueue.NewTyped[string]() }
 
 // Workloads returns every comparison, in the order of the table.
 func Workloads() []Workload {
-	return []Workload{
+	ws := []Workload{
 		{
 			Name: "cycle", Doc: "one key in flight: Add, Get, Done", Theirs: clientGo, Goal: 0.6,
 			RunOurs: func(b *testing.B) { cycle(b, newOurs()) }, RunTheirs: func(b *testing.B) { cycle(b, newTheirs()) },
 			Floors: floor(func(b *testing.B) { cycle(b, newFloorQueue(false)) }),
 		},
 		{
-			Name: "cycle-metrics", Doc: "the cycle with a no-op metrics provider", Theirs: clientGo,
+			Name: "cycle-metrics", Doc: "the cycle with a no-op metrics provider", Theirs: clientGo, Goal: 0.5,
 			RunOurs: func(b *testing.B) {
 				cycle(b, workqueue.NewWithConfig(workqueue.Config[string]{Name: "bench", Metrics: NoopMetrics{}}))
 			},
@@ -90,7 +96,7 @@ func Workloads() []Workload {
 					Name: "bench", MetricsProvider: NoopClientMetrics{},
 				}))
 			},
-			Floors: floor(func(b *testing.B) { cycle(b, newFloorQueue(true)) }),
+			Floors: []Floor{{Name: "clock", Goal: 1.1, Run: func(b *testing.B) { cycle(b, newFloorQueue(true)) }}},
 		},
 		{
 			Name: "burst-1000", Doc: "1000 distinct adds, then 1000 Get/Done; per key", Theirs: clientGo, Goal: 0.7,
@@ -102,15 +108,15 @@ func Workloads() []Workload {
 			RunOurs: func(b *testing.B) { hotKey(b, newOurs()) }, RunTheirs: func(b *testing.B) { hotKey(b, newTheirs()) },
 		},
 		{
-			Name: "parallel-x1", Doc: "Add/Get/Done from GOMAXPROCS goroutines", Theirs: clientGo, Goal: 0.8,
+			Name: "parallel-x1", Doc: "Add/Get/Done of a key of its own from GOMAXPROCS goroutines", Theirs: clientGo, Goal: 0.6,
 			RunOurs: func(b *testing.B) { parallel(b, newOurs(), 1) }, RunTheirs: func(b *testing.B) { parallel(b, newTheirs(), 1) },
 		},
 		{
-			Name: "parallel-x8", Doc: "Add/Get/Done from 8xGOMAXPROCS goroutines", Theirs: clientGo, Goal: 0.8,
+			Name: "parallel-x8", Doc: "Add/Get/Done of a key of its own from 8xGOMAXPROCS goroutines", Theirs: clientGo, Goal: 0.8,
 			RunOurs: func(b *testing.B) { parallel(b, newOurs(), 8) }, RunTheirs: func(b *testing.B) { parallel(b, newTheirs(), 8) },
 		},
 		{
-			Name: "addafter-10k", Doc: "AddAfter(1ms) of 10,000 keys, then drain; per key", Theirs: clientGo, Goal: 0.25,
+			Name: "addafter-10k", Doc: "AddAfter(1ms) of 10,000 keys, then drain; per key", Theirs: clientGo, Goal: 0.30,
 			RunOurs: func(b *testing.B) { addAfter(b, workqueue.New[string]()) },
 			RunTheirs: func(b *testing.B) {
 				addAfter(b, clientworkqueue.NewTypedDelayingQueue[string]())
@@ -119,7 +125,7 @@ func Workloads() []Workload {
 			// (the leanest), and in a map of states as ours keeps it.
 			Floors: []Floor{
 				{Name: "slots", Run: func(b *testing.B) { addAfter(b, newFloorDelaying()) }},
-				{Name: "map", Run: func(b *testing.B) { addAfter(b, newFloorDelayingMap()) }},
+				{Name: "map", Goal: 1.1, Run: func(b *testing.B) { addAfter(b, newFloorDelayingMap()) }},
 			},
 		},
 		{
@@ -134,6 +140,8 @@ func Workloads() []Workload {
 			RunOurs: priorityOurs, RunTheirs: priorityTheirs,
 		},
 	}
+	ws = append(ws, contentionWorkloads("int", intKeys)...)
+	return append(ws, contentionWorkloads("string", stringKeys)...)
 }
 
 // cycle is a controller's steady state with one key in flight.
@@ -302,53 +310,6 @@ func priorityTheirs(b *testing.B) {
 			q.Done(k)
 		}
 	})
-}
-
-// MemResult is the heap that one queue grew for a burst of keys and what it
-// kept once they were drained, both measured after a GC and not counting
-// the keys themselves.
-type MemResult struct {
-	Peak, Kept uint64 // bytes
-}
-
-// MemoryAfterBurst adds n distinct keys to a new queue (ours when ours is
-// true, else client-go's), measures the heap, drains them with Get and
-// Done, and measures it again while the queue is still reachable.
-func MemoryAfterBurst(n int, ours bool) MemResult {
-	keys := Keys(n)
-	var q cycler
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
-	base := heap()
-	if ours {
-		q = workqueue.New[string]()
-	} else {
-		q = clientworkqueue.NewTyped[string]()
-	}
-	for _, k := range keys {
-		q.Add(k)
-	}
-	peak := heap()
-	for range keys {
-		k, _ := q.Get()
-		q.Done(k)
-	}
-	kept := heap()
-	runtime.KeepAlive(q)
-	runtime.KeepAlive(keys)
-	q.ShutDown()
-	sub := func(a, b uint64) uint64 {
-		if a < b {
-			return 0
-		}
-		return a - b
-	}
-	return MemResult{Peak: sub(peak, base), Kept: sub(kept, base)}
 }
 
 // NoopMetrics is a workqueue.MetricsProvider whose metrics do nothing: the

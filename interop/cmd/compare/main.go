@@ -14,7 +14,6 @@
 package main
 
 import (
-	"cmp"
 	"flag"
 	"fmt"
 	"math"
@@ -30,17 +29,28 @@ import (
 )
 
 func main() {
-	testing.Init() // registers test.benchtime, which testing.Benchmark reads
+	// testing.Init registers the test binary's flags (test.benchtime,
+	// which testing.Benchmark reads, and many more) on flag.CommandLine.
+	// compare's own flags live in a set of their own, so that -h lists
+	// only them.
+	testing.Init()
+	fs := flag.NewFlagSet("compare", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: go run ./cmd/compare [flags]\n\n"+
+			"Runs every workload on our queue and on client-go's (controller-runtime's for priorities),\n"+
+			"interleaved, and writes PERF.md, perf.svg and README.md's performance section.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	var (
-		quick     = flag.Bool("quick", false, "CI-sized run: one round, short benchmarks, 100k keys for memory")
-		rounds    = flag.Int("rounds", 7, "rounds of interleaved runs; the median is reported")
-		benchtime = flag.Duration("benchtime", 300*time.Millisecond, "time per benchmark run")
-		memKeys   = flag.Int("memkeys", 1_000_000, "keys in the memory burst")
-		out       = flag.String("out", ".", "folder to write PERF.md and perf.svg into")
-		readme    = flag.String("readme", "../README.md", "file whose perf markers get the table (\"\" for none)")
-		only      = flag.String("only", "", "run only workloads whose name contains this")
+		quick     = fs.Bool("quick", false, "CI-sized run: one round, short benchmarks, 100k keys for memory")
+		rounds    = fs.Int("rounds", 7, "rounds of interleaved runs; the median is reported")
+		benchtime = fs.Duration("benchtime", 300*time.Millisecond, "time per benchmark run")
+		memKeys   = fs.Int("memkeys", 1_000_000, "keys in the memory burst")
+		out       = fs.String("out", ".", "folder to write PERF.md and perf.svg into")
+		readme    = fs.String("readme", "../README.md", "file whose perf markers get the table (\"\" for none)")
+		only      = fs.String("only", "", "run only workloads whose name contains this")
 	)
-	flag.Parse()
+	_ = fs.Parse(os.Args[1:])
 	if *quick {
 		*rounds, *benchtime, *memKeys = 1, 20*time.Millisecond, 100_000
 	}
@@ -77,20 +87,27 @@ func main() {
 		}
 	}
 	var mem []memRow
-	if *only == "" || strings.Contains("memory", *only) {
-		memRounds := min(*rounds, 3)
-		var ours, theirs []bench.MemResult
-		for r := range memRounds {
-			fmt.Fprintf(os.Stderr, "memory %d/%d\n", r+1, memRounds)
+	for _, w := range bench.MemWorkloads() {
+		if strings.Contains(w.Name, *only) {
+			mem = append(mem, memRow{w: w, keys: *memKeys})
+		}
+	}
+	memRounds := min(*rounds, 3)
+	for r := range memRounds {
+		fmt.Fprintf(os.Stderr, "memory %d/%d\n", r+1, memRounds)
+		for i := range mem {
+			m := &mem[i]
 			if r%2 == 0 {
-				ours = append(ours, bench.MemoryAfterBurst(*memKeys, true))
-				theirs = append(theirs, bench.MemoryAfterBurst(*memKeys, false))
+				m.ours = append(m.ours, m.w.RunOurs(m.keys))
+				m.theirs = append(m.theirs, m.w.RunTheirs(m.keys))
 			} else {
-				theirs = append(theirs, bench.MemoryAfterBurst(*memKeys, false))
-				ours = append(ours, bench.MemoryAfterBurst(*memKeys, true))
+				m.theirs = append(m.theirs, m.w.RunTheirs(m.keys))
+				m.ours = append(m.ours, m.w.RunOurs(m.keys))
+			}
+			if m.w.RunFloor != nil {
+				m.floor = append(m.floor, m.w.RunFloor(m.keys))
 			}
 		}
-		mem = append(mem, memRow{keys: *memKeys, ours: medianMem(ours), theirs: medianMem(theirs)})
 	}
 
 	rep := report{
@@ -185,9 +202,14 @@ func medianResult(rs []result) result {
 	}
 }
 
+// medianMem is the median peak and the median kept of the rounds.
 func medianMem(ms []bench.MemResult) bench.MemResult {
-	slices.SortFunc(ms, func(a, b bench.MemResult) int { return cmp.Compare(a.Kept, b.Kept) })
-	return ms[len(ms)/2]
+	peaks := make([]float64, len(ms))
+	kept := make([]float64, len(ms))
+	for i, m := range ms {
+		peaks[i], kept[i] = float64(m.Peak), float64(m.Kept)
+	}
+	return bench.MemResult{Peak: uint64(median(peaks)), Kept: uint64(median(kept))}
 }
 
 type row struct {
@@ -208,8 +230,37 @@ func (r row) floorRatios() string {
 	parts := make([]string, len(r.floors))
 	for j, f := range r.floors {
 		parts[j] = strings.TrimSpace(fmt.Sprintf("%.2f %s", perRound(f, r.theirs), r.w.Floors[j].Name))
+		if g := r.w.Floors[j].Goal; g > 0 {
+			o := perRound(r.ours, f)
+			parts[j] += fmt.Sprintf(" (ours/floor %.2f %s)", o, verdict(o, g))
+		}
 	}
 	return strings.Join(parts, " · ")
+}
+
+// slowMode is, for a bimodal workload, the ratio of the medians of the
+// slower half of each library's rounds: how the two compare when both are
+// in their slow mode, whichever rounds that happened in.
+func (r row) slowMode() float64 {
+	slow := func(rs []result) float64 {
+		ns := make([]float64, len(rs))
+		for i, x := range rs {
+			ns[i] = x.ns
+		}
+		slices.Sort(ns)
+		return median(ns[len(ns)/2:])
+	}
+	return slow(r.ours) / slow(r.theirs)
+}
+
+// spread is the lowest and highest of the rounds' ratios.
+func (r row) spread() (lo, hi float64) {
+	lo, hi = math.Inf(1), 0
+	for i := range r.ours {
+		x := r.ours[i].ns / r.theirs[i].ns
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return lo, hi
 }
 
 // perRound is the median over the rounds of a[i]/b[i]. The two runs of one
@@ -224,8 +275,29 @@ func perRound(a, b []result) float64 {
 }
 
 type memRow struct {
+	w            bench.MemWorkload
 	keys         int
-	ours, theirs bench.MemResult
+	ours, theirs []bench.MemResult
+	floor        []bench.MemResult // when w.RunFloor is set
+}
+
+// peakRatio is the median over the rounds of ours/theirs peak growth.
+func (m memRow) peakRatio() float64 {
+	rs := make([]float64, len(m.ours))
+	for i := range m.ours {
+		rs[i] = float64(m.ours[i].Peak) / math.Max(1, float64(m.theirs[i].Peak))
+	}
+	return median(rs)
+}
+
+// spread is the lowest and highest of the rounds' peak ratios.
+func (m memRow) spread() (lo, hi float64) {
+	lo, hi = math.Inf(1), 0
+	for i := range m.ours {
+		r := float64(m.ours[i].Peak) / math.Max(1, float64(m.theirs[i].Peak))
+		lo, hi = math.Min(lo, r), math.Max(hi, r)
+	}
+	return lo, hi
 }
 
 // keptShare is the part of the heap grown for the burst that is still held
@@ -261,15 +333,13 @@ func (rep report) bars() []bar {
 		bs = append(bs, bar{r.w.Name + " vs " + r.w.Theirs, r.ratio(), r.w.Goal})
 	}
 	if o, c, f := rep.metricsOverhead(); o > 0 {
-		bs = append(bs, bar{"metrics on / off (ours)", o, 1.5}, bar{"metrics on / off (client-go)", c, 0})
+		bs = append(bs, bar{"metrics on / off (ours)", o, 0}, bar{"metrics on / off (client-go)", c, 0})
 		if f > 0 {
-			bs = append(bs, bar{"metrics on / off (floor)", f, 1.5})
+			bs = append(bs, bar{"metrics on / off (floor)", f, 0})
 		}
 	}
 	for _, m := range rep.mem {
-		if m.theirs.Kept > 0 {
-			bs = append(bs, bar{"memory kept vs client-go", float64(m.ours.Kept) / float64(m.theirs.Kept), 0.1})
-		}
+		bs = append(bs, bar{m.w.Name + " peak vs client-go", m.peakRatio(), m.w.Goal})
 	}
 	return bs
 }
@@ -322,8 +392,15 @@ func (rep report) table() string {
 	sb.WriteString("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n")
 	for _, r := range rep.rows {
 		o, t := medianResult(r.ours), medianResult(r.theirs)
-		fmt.Fprintf(&sb, "| %s | %.1f | %.0f | %.2f | %s | %.1f | %.0f | %.2f | **%.2f** | %s | %s |\n",
-			r.w.Name, o.ns, o.bytes, o.allocs, r.w.Theirs, t.ns, t.bytes, t.allocs, r.ratio(), verdict(r.ratio(), r.w.Goal),
+		lo, hi := r.spread()
+		ratio := fmt.Sprintf("**%.2f** (%.2f–%.2f)", r.ratio(), lo, hi)
+		goal := verdict(r.ratio(), r.w.Goal)
+		if r.w.Bimodal {
+			ratio += fmt.Sprintf(", slow half %.2f", r.slowMode())
+			goal += fmt.Sprintf(", slow half %s", verdict(r.slowMode(), r.w.Goal))
+		}
+		fmt.Fprintf(&sb, "| %s | %.1f | %.0f | %.2f | %s | %.1f | %.0f | %.2f | %s | %s | %s |\n",
+			r.w.Name, o.ns, o.bytes, o.allocs, r.w.Theirs, t.ns, t.bytes, t.allocs, ratio, goal,
 			r.floorRatios())
 	}
 	if o, c, f := rep.metricsOverhead(); o > 0 {
@@ -331,18 +408,19 @@ func (rep report) table() string {
 		if f > 0 {
 			floor = fmt.Sprintf("floor %.2fx", f)
 		}
-		fmt.Fprintf(&sb, "| metrics on / off | %.2fx | | | client-go | %.2fx | | | | %s | %s |\n", o, c, verdict(o, 1.5), floor)
+		fmt.Fprintf(&sb, "| metrics on / off | %.2fx | | | client-go | %.2fx | | | | %s | %s |\n", o, c, "—", floor)
 	}
 	for _, m := range rep.mem {
-		ratio := 0.0
-		if m.theirs.Kept > 0 {
-			ratio = float64(m.ours.Kept) / float64(m.theirs.Kept)
+		o, t := medianMem(m.ours), medianMem(m.theirs)
+		lo, hi := m.spread()
+		kept := keptShare(o)
+		floor := ""
+		if len(m.floor) > 0 {
+			floor = fmt.Sprintf("floor %.2f (%s); ", float64(medianMem(m.floor).Peak)/math.Max(1, float64(t.Peak)), bytesString(medianMem(m.floor).Peak))
 		}
-		fmt.Fprintf(&sb, "| memory: %d keys, peak growth | %s | | | client-go | %s | | | %.2f | | |\n",
-			m.keys, bytesString(m.ours.Peak), bytesString(m.theirs.Peak), float64(m.ours.Peak)/math.Max(1, float64(m.theirs.Peak)))
-		fmt.Fprintf(&sb, "| memory: kept after drain | %s (%.1f%% of peak) | | | client-go | %s (%.0f%% of peak) | | | **%s** | %s | |\n",
-			bytesString(m.ours.Kept), 100*keptShare(m.ours), bytesString(m.theirs.Kept), 100*keptShare(m.theirs), ratioString(ratio),
-			map[bool]string{true: "≤ 10% of peak ✓", false: "≤ 10% of peak ✗"}[keptShare(m.ours) <= 0.1])
+		fmt.Fprintf(&sb, "| %s: %d keys, peak growth | %s | | | client-go plain | %s | | | **%.2f** (%.2f–%.2f) | %s | %skept after drain: %s (%.2f%% of peak) %s |\n",
+			m.w.Name, m.keys, bytesString(o.Peak), bytesString(t.Peak), m.peakRatio(), lo, hi, verdict(m.peakRatio(), m.w.Goal),
+			floor, bytesString(o.Kept), 100*kept, map[bool]string{true: "≤ 10% ✓", false: "≤ 10% ✗"}[kept <= 0.1])
 	}
 	return sb.String()
 }
@@ -378,13 +456,20 @@ func (rep report) perfMD(table string) string {
 	for _, r := range rep.rows {
 		fmt.Fprintf(&sb, "- `%s`: %s.\n", r.w.Name, r.w.Doc)
 	}
-	sb.WriteString("- `metrics on / off`: ns/op of cycle-metrics ÷ cycle, for each library (goal for ours: at most 1.5x), " +
+	sb.WriteString("- `metrics on / off`: ns/op of cycle-metrics ÷ cycle, for each library (no goal: the goals are cycle-metrics against client-go and against the floor with clock reads), " +
 		"and for the floor, whose only metrics work is the three clock reads that exact durations need.\n")
 	sb.WriteString("- `floor/theirs`: the same workload on a floor (bench/floor.go), which does only the work its protocol " +
 		"cannot avoid and nothing else; no queue can do better on this machine, so a goal below the floor's ratio is out of reach here. " +
-		"addafter-10k has two: `slots` keeps key state in an array reached through an index, `map` in a map of states as ours does.\n")
-	sb.WriteString("- `memory`: live heap (after GC) grown by adding that many distinct keys, and what is still held once " +
-		"they are all drained while the queue is still referenced; the keys themselves are not counted.\n")
+		"addafter-10k has two: `slots` keeps key state in an array reached through an index, `map` in a map of states as ours does. " +
+		"The contention rows' `plain` floor is one sync.Mutex, a map, a slice and a sync.Cond. Where a floor has a goal, ours/floor is " +
+		"the median of each round's ratio of ours to that floor.\n")
+	sb.WriteString("- `memory-*`: live heap (after GC) grown by adding that many distinct keys to our queue in the named configuration, " +
+		"against client-go's plain queue with the same keys, and what ours still holds once they are all drained while the queue is " +
+		"still referenced; the keys themselves are not counted. Medians of up to 3 interleaved rounds, with the rounds' range. " +
+		"The plain rows' floor is the contention floor (a Go map of one flag per key and a ring): the least a queue that keeps a " +
+		"Go map and a separate FIFO can hold, so a goal below it needs a table that is also the FIFO.\n")
+	sb.WriteString("- `slow half`: the contended rows are bimodal (see the README); this compares the medians of the slower half of " +
+		"each library's rounds.\n")
 	if rep.quick {
 		sb.WriteString("\nThis was a -quick run: numbers are indicative only.\n")
 	}
