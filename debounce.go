@@ -95,19 +95,12 @@ func (q *Queue[T]) addDebounced(item T, prio int32) {
 	if waiting {
 		st.prio = max(st.prio, prio)
 		if when != st.when {
-			st.when = when
-			st.wseq = q.delay.push(item, when)
-			q.delay.stale++
+			q.moveDeadline(item, &st, when)
 		}
 		q.keys.m[item] = st
 		q.sweepDelay()
 	} else { // absent, or processing with no pending run
-		st.flags |= fWaiting
-		st.when = when
-		st.wseq = q.delay.push(item, when)
-		st.prio = prio
-		q.keys.put(item, st)
-		q.waiting++
+		q.startWaiting(item, st, when, prio)
 	}
 	q.arm(now)
 }

@@ -45,21 +45,12 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 			st.prio = max(st.prio, prio)
 			q.fixBounce(item, when)
 			if when < st.when {
-				// The entry at the old deadline goes stale; the key
-				// table says which entry is live.
-				st.when = when
-				st.wseq = q.delay.push(item, when)
-				q.delay.stale++
+				q.moveDeadline(item, &st, when)
 			}
 			q.keys.m[item] = st
 			q.sweepDelay()
 		default: // absent, or processing with no pending run
-			st.flags |= fWaiting
-			st.when = when
-			st.wseq = q.delay.push(item, when)
-			st.prio = prio
-			q.keys.put(item, st)
-			q.waiting++
+			q.startWaiting(item, st, when, prio)
 		}
 		q.arm(now)
 	}
@@ -70,6 +61,28 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 			q.metrics.Added()
 		}
 	}
+}
+
+// startWaiting gives item, which has no pending run (absent, or processing
+// and not dirty; st is its entry), a run due at when, at priority prio.
+// q.mu must be held.
+func (q *Queue[T]) startWaiting(item T, st keyState, when int64, prio int32) {
+	st.flags |= fWaiting
+	st.when = when
+	st.wseq = q.delay.push(item, when)
+	st.prio = prio
+	q.keys.put(item, st)
+	q.waiting++
+}
+
+// moveDeadline moves the run of the waiting key whose entry is st to when:
+// a new delay entry becomes the live one and the old one goes stale (the
+// key table says which entry is live). The caller stores st. q.mu must be
+// held.
+func (q *Queue[T]) moveDeadline(item T, st *keyState, when int64) {
+	st.when = when
+	st.wseq = q.delay.push(item, when)
+	q.delay.stale++
 }
 
 // raise gives a dirty key (state st) the priority prio if that is higher
