@@ -58,7 +58,7 @@ func delayRequireEmpty[T comparable](t *testing.T, q *Queue[T], msg string) {
 	t.Helper()
 	delayRequireStats(t, q, 0, 0, 0, 0, msg)
 	q.mu.Lock()
-	n := len(q.keys.m) + len(q.lean.m)
+	n := len(q.keys.m) + len(q.lean.m) + q.tab.live
 	q.mu.Unlock()
 	require.Zero(t, n, "%s: the key table should hold no key", msg)
 }

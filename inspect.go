@@ -173,8 +173,19 @@ func (q *Queue[T]) InspectLimited(l InspectLimits) []KeyInfo[T] {
 // snapshot.
 func (q *Queue[T]) State(item T) KeyState {
 	q.mu.Lock()
-	q.toFull() // a lean table is moved to keyState first (stopgap: infoOf reads keyState)
-	st, ok := q.keys.m[item]
+	var st keyState
+	var ok bool
+	switch {
+	case q.full:
+		st, ok = q.keys.m[item]
+	case q.store == nil:
+		var pos int
+		if _, _, pos = q.tab.find(item); pos >= 0 {
+			st.flags, ok = q.tab.flags[pos], true
+		}
+	default:
+		st.flags, ok = q.lean.m[item]
+	}
 	q.mu.Unlock()
 	if !ok {
 		return KeyAbsent

@@ -86,9 +86,11 @@ type Queue[T comparable] struct {
 
 	// The key table: every key that is ready, waiting or processing, with
 	// its flags, the dirty and processing sets (dirty_set.go). While full is
-	// false it is lean, which holds only the flags; once a key needs more
-	// (a deadline, a priority, a run start for metrics) the table moves to
-	// keys, for good (toFull).
+	// false it is lean, which holds only the flags: tab, which is also the
+	// FIFO, for a queue without a Store (ordered_table.go), lean for one
+	// with a Store; once a key needs more (a deadline, a priority, a run
+	// start for metrics) the table moves to keys, for good (toFull).
+	tab  orderedTable[T]
 	lean shrinkingMap[T, uint8]
 	keys shrinkingMap[T, keyState]
 	full bool
@@ -173,21 +175,8 @@ func (q *Queue[T]) Add(item T) {
 		// The common cases of a plain queue, spelled out: a new key is
 		// pushed, a key already in the FIFO keeps its place.
 		if !q.full {
-			f, ok := q.lean.m[item]
-			switch {
-			case !ok:
-				q.lean.put(item, fDirty)
-				q.dirty++
-				q.fifo.Push(item)
-				q.wake()
-				q.unlock()
-			case f&fDirty != 0:
-				q.mu.Unlock()
-			default: // processing: due again at Done
-				q.lean.m[item] = f | fDirty
-				q.dirty++
-				q.mu.Unlock()
-			}
+			q.addOrdered(item)
+			q.unlock()
 			return
 		}
 		st, ok := q.keys.m[item]
@@ -267,6 +256,9 @@ func (q *Queue[T]) markDirty(item T, prio int32) bool {
 // waits: absent becomes ready, processing becomes processing+dirty, and a
 // key already due stays so. q.mu must be held.
 func (q *Queue[T]) markDirtyLean(item T) bool {
+	if q.store == nil {
+		return q.addOrdered(item)
+	}
 	f, ok := q.lean.m[item]
 	if ok && f&fDirty != 0 {
 		if f&fProcessing == 0 {
@@ -283,6 +275,27 @@ func (q *Queue[T]) markDirtyLean(item T) bool {
 	return true
 }
 
+// addOrdered is markDirtyLean for a plain queue, whose lean table is the
+// orderedTable: absent becomes ready (at the tail), processing becomes
+// processing+dirty, a key already due stays so. One hash, none for the
+// first key of an empty queue. q.mu must be held.
+func (q *Queue[T]) addOrdered(item T) bool {
+	h, slot, pos := q.tab.find(item)
+	switch {
+	case pos < 0:
+		q.tab.insert(item, h, slot)
+	case q.tab.flags[pos]&fDirty != 0:
+		return false
+	default: // processing: due again at Done
+		q.tab.flags[pos] |= fDirty
+		q.dirty++
+		return true
+	}
+	q.dirty++
+	q.wake()
+	return true
+}
+
 // toFull moves the key table from lean to keys, the first time a key needs
 // more than its flags: O(keys) once, after which every path uses keys. q.mu
 // must be held.
@@ -291,6 +304,23 @@ func (q *Queue[T]) toFull() {
 		return
 	}
 	q.full = true
+	if q.store == nil {
+		// The ordered table lists the processing keys first and then
+		// the ready ones in FIFO order, which the ring takes over.
+		if q.tab.live > 0 {
+			q.keys.m = make(map[T]keyState, q.tab.live)
+			q.tab.each(func(k T, f uint8) bool {
+				q.keys.m[k] = keyState{flags: f}
+				if f == fDirty {
+					q.fifo.Push(k)
+				}
+				return true
+			})
+		}
+		q.keys.peak, q.keys.burst, q.keys.prev = len(q.keys.m), q.tab.burst, q.tab.prev
+		q.tab = orderedTable[T]{}
+		return
+	}
 	if len(q.lean.m) > 0 {
 		q.keys.m = make(map[T]keyState, len(q.lean.m))
 		for k, f := range q.lean.m {
@@ -429,6 +459,9 @@ func (q *Queue[T]) popEntry() T {
 // ready counts the ready keys: the store's entries less the ghosts.
 func (q *Queue[T]) ready() int {
 	if q.store == nil {
+		if !q.full {
+			return q.tab.ready // Remove leaves no ghost there
+		}
 		return q.fifo.Len() - q.ghosts
 	}
 	return q.store.Len() - q.ghosts
@@ -575,14 +608,18 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 // dirty when the queue has metrics. q.mu must be held and a key must be
 // ready.
 func (q *Queue[T]) take(wantPrio bool) (item T, prio int32, waited time.Duration) {
-	item = q.pop()
 	q.dirty--
 	q.processing++
 	if !q.full {
 		// A ready key has only fDirty, and lean keys have priority 0.
+		if q.store == nil {
+			return q.tab.take(), 0, 0
+		}
+		item = q.pop()
 		q.lean.m[item] = fProcessing
 		return item, 0, 0
 	}
+	item = q.pop()
 	if q.metrics == nil && !wantPrio {
 		// A ready key has only fDirty: overwriting the entry is exact
 		// and hashes the key once.
@@ -661,6 +698,10 @@ func (q *Queue[T]) Done(item T) {
 // doneLean is Done on a lean table, which releases q.mu. No key waits
 // there and metrics are off.
 func (q *Queue[T]) doneLean(item T) {
+	if q.store == nil {
+		q.doneOrdered(item)
+		return
+	}
 	var f uint8
 	if q.dirty == 0 {
 		// Every key in the table is processing and nothing else: one
@@ -681,6 +722,27 @@ func (q *Queue[T]) doneLean(item T) {
 		} else {
 			q.lean.del(item)
 		}
+	}
+	q.processing--
+	if q.drainers > 0 && q.processing == 0 {
+		q.cond.Broadcast()
+	}
+	q.unlock()
+}
+
+// doneOrdered is doneLean for a plain queue: one hash to find the key, and
+// its entry either dies or moves to the tail. It releases q.mu.
+func (q *Queue[T]) doneOrdered(item T) {
+	_, slot, pos := q.tab.find(item)
+	if pos < 0 || q.tab.flags[pos]&fProcessing == 0 {
+		q.mu.Unlock()
+		return
+	}
+	if q.tab.flags[pos]&fDirty != 0 {
+		q.tab.requeue(slot, pos) // ready again, at the tail
+		q.wake()
+	} else {
+		q.tab.remove(slot, pos)
 	}
 	q.processing--
 	if q.drainers > 0 && q.processing == 0 {

@@ -103,6 +103,22 @@ func (q *Queue[T]) Remove(item T) bool {
 // removeLean is Remove on a lean table, where no key waits and metrics are
 // off. q.mu must be held.
 func (q *Queue[T]) removeLean(item T) bool {
+	if q.store == nil {
+		_, slot, pos := q.tab.find(item)
+		if pos < 0 || q.tab.flags[pos]&fDirty == 0 {
+			return false
+		}
+		q.dirty--
+		if q.tab.flags[pos] == fDirty {
+			q.tab.remove(slot, pos) // ready: its entry dies, no ghost
+		} else {
+			q.tab.flags[pos] &^= fDirty // processing: only its re-run is cancelled
+		}
+		if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
+			q.cond.Broadcast()
+		}
+		return true
+	}
 	f, ok := q.lean.m[item]
 	if !ok || f&fDirty == 0 {
 		return false
