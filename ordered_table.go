@@ -42,6 +42,11 @@ import "hash/maphash"
 // of 8 bytes: for int keys about half of what a Go map of flags plus a ring
 // hold, for string keys less.
 //
+// A queue with metrics also needs, per key, when it became dirty (for queue
+// latency) or when its run started (for work duration and the age gauges),
+// and the generation of its run (for the processing set): a timed table
+// keeps them in two more arrays beside the log, at and gen, moved with it.
+//
 // The zero orderedTable is empty and allocates nothing until its first key.
 // Not safe for concurrent use; the queue calls it under its lock.
 type orderedTable[T comparable] struct {
@@ -49,6 +54,9 @@ type orderedTable[T comparable] struct {
 	index []uint64
 	keys  []T
 	flags []uint8
+	at    []int64  // timed only: dirty time of a ready key, start of a run
+	gen   []uint16 // timed only: generation of a processing key's run
+	timed bool
 
 	head  int // first entry that may be ready
 	tail  int // next entry to append
@@ -88,9 +96,9 @@ func (t *orderedTable[T]) find(item T) (h uint32, slot, pos int) {
 	}
 }
 
-// insert appends item, which is absent, as a ready key. h and slot are what
-// find returned for it.
-func (t *orderedTable[T]) insert(item T, h uint32, slot int) {
+// insert appends item, which is absent, as a ready key, and returns its
+// position. h and slot are what find returned for it.
+func (t *orderedTable[T]) insert(item T, h uint32, slot int) int {
 	if t.tail == len(t.keys) {
 		t.makeRoom()
 		slot = -1 // the index was rebuilt
@@ -106,6 +114,7 @@ func (t *orderedTable[T]) insert(item T, h uint32, slot int) {
 	t.live++
 	t.ready++
 	t.burst = max(t.burst, t.live)
+	return p
 }
 
 // emptySlot returns the first empty index slot on h's probe sequence.
@@ -118,8 +127,9 @@ func (t *orderedTable[T]) emptySlot(h uint32) int {
 	return i
 }
 
-// take hands out the oldest ready key and marks it processing. ready > 0.
-func (t *orderedTable[T]) take() T {
+// take hands out the oldest ready key, marks it processing and returns it
+// and its position. ready > 0.
+func (t *orderedTable[T]) take() (T, int) {
 	for t.flags[t.head] == 0 {
 		t.head++ // left by Remove
 	}
@@ -127,12 +137,13 @@ func (t *orderedTable[T]) take() T {
 	t.head++
 	t.flags[p] = fProcessing
 	t.ready--
-	return t.keys[p]
+	return t.keys[p], p
 }
 
 // requeue makes the processing key at pos (in slot) ready again, at the
-// tail: Done of a key added again while it was processing.
-func (t *orderedTable[T]) requeue(slot, pos int) {
+// tail, and returns its new position: Done of a key added again while it
+// was processing.
+func (t *orderedTable[T]) requeue(slot, pos int) int {
 	item := t.keys[pos]
 	if t.tail < len(t.keys) {
 		// Move the entry; the index slot keeps its hash.
@@ -143,10 +154,10 @@ func (t *orderedTable[T]) requeue(slot, pos int) {
 		t.keys[p], t.flags[p] = item, fDirty
 		t.index[slot] = t.index[slot]&^(1<<32-1) | uint64(p+1)
 		t.ready++
-		return
+		return p
 	}
 	t.kill(slot, pos)
-	t.insert(item, 0, -1)
+	return t.insert(item, 0, -1)
 }
 
 // remove takes the key at pos (in slot) out of the table.
@@ -225,6 +236,12 @@ func (t *orderedTable[T]) grow() {
 	flags := make([]uint8, n)
 	copy(keys, t.keys[:t.tail])
 	copy(flags, t.flags[:t.tail])
+	if t.timed {
+		at, gen := make([]int64, n), make([]uint16, n)
+		copy(at, t.at[:t.tail])
+		copy(gen, t.gen[:t.tail])
+		t.at, t.gen = at, gen
+	}
 	index := make([]uint64, 2*n)
 	mask := len(index) - 1
 	for _, e := range t.index {
@@ -243,7 +260,7 @@ func (t *orderedTable[T]) grow() {
 // rebuilds the index in place: no allocation, so a steady queue whose log
 // fills with dead entries does not allocate.
 func (t *orderedTable[T]) compact() {
-	t.moveLive(t.keys, t.flags)
+	t.moveLive(t.keys, t.flags, t.at, t.gen)
 	clear(t.keys[t.tail:])
 	clear(t.flags[t.tail:])
 	clear(t.index)
@@ -260,21 +277,26 @@ func (t *orderedTable[T]) resize(n int) {
 		n = 0 // empty, and not kept for a burst: hold nothing
 	}
 	if n == 0 {
-		t.keys, t.flags, t.index = nil, nil, nil
+		t.keys, t.flags, t.at, t.gen, t.index = nil, nil, nil, nil, nil
 		t.head, t.tail = 0, 0
 		return
 	}
 	keys := make([]T, n)
 	flags := make([]uint8, n)
-	t.moveLive(keys, flags)
-	t.keys, t.flags, t.index = keys, flags, make([]uint64, 2*n)
+	var at []int64
+	var gen []uint16
+	if t.timed {
+		at, gen = make([]int64, n), make([]uint16, n)
+	}
+	t.moveLive(keys, flags, at, gen)
+	t.keys, t.flags, t.at, t.gen, t.index = keys, flags, at, gen, make([]uint64, 2*n)
 	t.reindex()
 }
 
 // moveLive copies the live entries of the log, in order, to the front of
-// keys and flags (which may be the log itself), and sets head and tail for
-// them.
-func (t *orderedTable[T]) moveLive(keys []T, flags []uint8) {
+// keys, flags, at and gen (which may be the log itself; at and gen are nil
+// unless the table is timed), and sets head and tail for them.
+func (t *orderedTable[T]) moveLive(keys []T, flags []uint8, at []int64, gen []uint16) {
 	n, head := 0, 0
 	for p := range t.tail {
 		if p == t.head {
@@ -282,6 +304,9 @@ func (t *orderedTable[T]) moveLive(keys []T, flags []uint8) {
 		}
 		if t.flags[p] != 0 {
 			keys[n], flags[n] = t.keys[p], t.flags[p]
+			if t.timed {
+				at[n], gen[n] = t.at[p], t.gen[p]
+			}
 			n++
 		}
 	}
@@ -299,12 +324,12 @@ func (t *orderedTable[T]) reindex() {
 	}
 }
 
-// each calls yield with every live key and its flags, processing keys
+// each calls yield with the position of every live entry, processing keys
 // first and then the ready ones in the order Get takes them, until yield
 // returns false.
-func (t *orderedTable[T]) each(yield func(T, uint8) bool) {
+func (t *orderedTable[T]) each(yield func(p int) bool) {
 	for p := range t.tail {
-		if f := t.flags[p]; f != 0 && !yield(t.keys[p], f) {
+		if t.flags[p] != 0 && !yield(p) {
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package workqueue
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 // entries, dead entries are zeroed (so the log keeps no key alive), the
 // processing entries lie before head and the ready ones from head on, in
 // order.
-func checkOrdered[T comparable](t *testing.T, tab *orderedTable[T], proc map[T]uint8, ready []T) {
+func checkOrdered(t *testing.T, tab *orderedTable[string], proc map[string]uint8, ready []string) {
 	t.Helper()
 	require.Equal(t, len(proc)+len(ready), tab.live, "live")
 	require.Equal(t, len(ready), tab.ready, "ready")
@@ -34,12 +35,15 @@ func checkOrdered[T comparable](t *testing.T, tab *orderedTable[T], proc map[T]u
 		return
 	}
 	require.Len(t, tab.index, 2*len(tab.keys))
-	var zero T
-	var gotReady []T
+	if tab.timed {
+		require.Len(t, tab.at, len(tab.keys))
+		require.Len(t, tab.gen, len(tab.keys))
+	}
+	var gotReady []string
 	for p := range len(tab.keys) {
 		f := tab.flags[p]
 		if f == 0 {
-			require.Equal(t, zero, tab.keys[p], "dead entry %d keeps its key", p)
+			require.Empty(t, tab.keys[p], "dead entry %d keeps its key", p)
 			continue
 		}
 		require.Less(t, p, tab.tail, "live entry past the tail")
@@ -48,7 +52,14 @@ func checkOrdered[T comparable](t *testing.T, tab *orderedTable[T], proc map[T]u
 		require.Equal(t, p, pos, "key %v is not found at its entry", k)
 		if p < tab.head {
 			require.Equal(t, proc[k], f, "processing key %v has the wrong flags", k)
+			if tab.timed {
+				require.Equal(t, stamp(k)+1, tab.at[p], "processing key %v has lost its run start", k)
+				require.Equal(t, uint16(stamp(k)), tab.gen[p], "processing key %v has lost its run's generation", k)
+			}
 		} else {
+			if tab.timed {
+				require.Equal(t, stamp(k), tab.at[p], "ready key %v has lost its dirty time", k)
+			}
 			require.Equal(t, fDirty, f, "ready key %v", k)
 			gotReady = append(gotReady, k)
 		}
@@ -74,7 +85,9 @@ func orderedModel(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 		h, slot, pos := tab.find(k)
 		switch {
 		case pos < 0:
-			tab.insert(k, h, slot)
+			if p := tab.insert(k, h, slot); tab.timed {
+				tab.at[p] = stamp(k)
+			}
 			*ready = append(*ready, k)
 		case tab.flags[pos]&fDirty == 0:
 			tab.flags[pos] |= fDirty
@@ -84,7 +97,10 @@ func orderedModel(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 		if tab.ready == 0 {
 			return
 		}
-		got := tab.take()
+		got, p := tab.take()
+		if tab.timed {
+			tab.at[p], tab.gen[p] = stamp(got)+1, uint16(stamp(got))
+		}
 		require.Equal(t, (*ready)[0], got, "take is FIFO")
 		*ready = (*ready)[1:]
 		proc[got] = fProcessing
@@ -102,7 +118,9 @@ func orderedModel(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 		_, slot, pos := tab.find(k)
 		require.GreaterOrEqual(t, pos, 0)
 		if pk&fDirty != 0 {
-			tab.requeue(slot, pos)
+			if p := tab.requeue(slot, pos); tab.timed {
+				tab.at[p] = stamp(k)
+			}
 			*ready = append(*ready, k)
 		} else {
 			tab.remove(slot, pos)
@@ -116,6 +134,10 @@ func orderedModel(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 		}
 	}
 }
+
+// stamp is the time a timed table's entry for k must carry, so that a
+// compaction that moved a key without its time is caught.
+func stamp(k string) int64 { return int64(len(k))<<8 | int64(k[len(k)-1]) }
 
 // drainOrdered takes and finishes every key, and checks that the empty
 // table keeps no more than the smallest log unless it keeps room for a
@@ -138,10 +160,14 @@ func drainOrdered(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 // spaces, so that probe runs collide, the log compacts, grows and shrinks,
 // and checks it against the model.
 func TestOrderedTableModel(t *testing.T) {
-	for _, space := range []int{3, 40, 3000} {
-		t.Run("keys="+strconv.Itoa(space), func(t *testing.T) {
+	for _, tc := range []struct {
+		space int
+		timed bool
+	}{{3, false}, {40, false}, {3000, false}, {40, true}, {3000, true}} {
+		space := tc.space
+		t.Run(fmt.Sprintf("keys=%d/timed=%v", space, tc.timed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(space), 7))
-			var tab orderedTable[string]
+			tab := orderedTable[string]{timed: tc.timed}
 			proc := map[string]uint8{}
 			var ready []string
 			steps := 20000
@@ -172,7 +198,8 @@ func FuzzOrderedTable(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 2, 1, 2, 3})
 	f.Add([]byte("the quick brown fox jumps over the lazy dog, 0123456789 times"))
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		var tab orderedTable[string]
+		// The first byte chooses a plain or a timed table.
+		tab := orderedTable[string]{timed: len(ops) > 0 && ops[0]&1 == 1}
 		proc := map[string]uint8{}
 		var ready []string
 		for _, b := range ops {
@@ -193,7 +220,7 @@ func TestOrderedTableMemory(t *testing.T) {
 			tab.insert(i, h, slot)
 		}
 		for range n {
-			k := tab.take()
+			k, _ := tab.take()
 			_, slot, pos := tab.find(k)
 			tab.remove(slot, pos)
 		}
@@ -217,7 +244,7 @@ func TestOrderedTableMemory(t *testing.T) {
 	}
 	peak := len(drain.keys)
 	for range 99000 {
-		k := drain.take()
+		k, _ := drain.take()
 		_, slot, pos := drain.find(k)
 		drain.remove(slot, pos)
 	}

@@ -52,7 +52,7 @@ func (p *processingSet[T]) start(item T, now int64) uint16 {
 // finish records that the run of item (generation gen, started at) ended.
 // keys is the key table and live the number of runs still going. The
 // caller updates keys afterwards.
-func (p *processingSet[T]) finish(item T, at int64, gen uint16, keys map[T]keyState, live int) {
+func (p *processingSet[T]) finish(item T, at int64, gen uint16, keys runs[T], live int) {
 	p.sum -= at
 	if p.order.Len() > 0 {
 		if h := p.order.peek(); h.item == item && h.gen == gen {
@@ -68,7 +68,7 @@ func (p *processingSet[T]) finish(item T, at int64, gen uint16, keys map[T]keySt
 
 // compact drops every stale record. ended is the key whose run just ended
 // but whose table entry still says processing.
-func (p *processingSet[T]) compact(ended T, keys map[T]keyState) {
+func (p *processingSet[T]) compact(ended T, keys runs[T]) {
 	for range p.order.Len() {
 		r := p.order.Pop()
 		if r.item != ended && isLive(r, keys) {
@@ -78,15 +78,22 @@ func (p *processingSet[T]) compact(ended T, keys map[T]keyState) {
 	p.stale = 0
 }
 
-func isLive[T comparable](r startRecord[T], keys map[T]keyState) bool {
-	st, ok := keys[r.item]
-	return ok && st.flags&fProcessing != 0 && st.gen == r.gen
+func isLive[T comparable](r startRecord[T], keys runs[T]) bool {
+	gen, ok := keys.runOf(r.item)
+	return ok && gen == r.gen
+}
+
+// runs is what the processing set asks the key table: whether item is
+// processing, and the generation of its run. The Queue answers from
+// whichever table it uses.
+type runs[T comparable] interface {
+	runOf(item T) (gen uint16, ok bool)
 }
 
 // ages returns the sum of the ages of the runs in progress and the age of
 // the oldest, at now. live is the number of runs in progress. It drops the
 // stale records in front of the oldest live one.
-func (p *processingSet[T]) ages(now int64, keys map[T]keyState, live int) (unfinished, longest int64) {
+func (p *processingSet[T]) ages(now int64, keys runs[T], live int) (unfinished, longest int64) {
 	if live == 0 {
 		return 0, 0
 	}
@@ -102,13 +109,14 @@ func (p *processingSet[T]) ages(now int64, keys map[T]keyState, live int) (unfin
 
 // eachLive calls f with the table entry of every key being processed, once
 // each: the live records, in start order. O(records), which is within
-// twice the processing keys plus a constant.
+// twice the processing keys plus a constant. Only a queue with a Store
+// (and so a full table) asks for it.
 func (p *processingSet[T]) eachLive(keys map[T]keyState, f func(st keyState)) {
 	r := &p.order
 	for i := range r.n {
 		rec := r.buf[(r.head+i)&(len(r.buf)-1)]
-		if isLive(rec, keys) {
-			f(keys[rec.item])
+		if st, ok := keys[rec.item]; ok && st.flags&fProcessing != 0 && st.gen == rec.gen {
+			f(st)
 		}
 	}
 }

@@ -157,7 +157,13 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		} else {
 			q.metrics = cfg.Metrics.NewQueueMetrics(cfg.Name, q.Stats)
 		}
-		q.full = q.metrics != nil // metrics keep every key's run start
+		// Metrics keep every key's dirty time or run start: a plain
+		// queue keeps them in its ordered table, one with a Store in
+		// the full table.
+		if q.metrics != nil {
+			q.tab.timed = q.store == nil
+			q.full = q.store != nil
+		}
 	}
 	if q.quiet > 0 {
 		q.full = true // debounced keys wait for a deadline
@@ -283,12 +289,18 @@ func (q *Queue[T]) addOrdered(item T) bool {
 	h, slot, pos := q.tab.find(item)
 	switch {
 	case pos < 0:
-		q.tab.insert(item, h, slot)
+		p := q.tab.insert(item, h, slot)
+		if q.tab.timed {
+			q.tab.at[p] = q.now() // queue latency counts from here
+		}
 	case q.tab.flags[pos]&fDirty != 0:
 		return false
 	default: // processing: due again at Done
 		q.tab.flags[pos] |= fDirty
 		q.dirty++
+		if q.tab.timed {
+			q.procs.dirtied(item, q.now()) // at[pos] is the run's start
+		}
 		return true
 	}
 	q.dirty++
@@ -309,9 +321,14 @@ func (q *Queue[T]) toFull() {
 		// the ready ones in FIFO order, which the ring takes over.
 		if q.tab.live > 0 {
 			q.keys.m = make(map[T]keyState, q.tab.live)
-			q.tab.each(func(k T, f uint8) bool {
-				q.keys.m[k] = keyState{flags: f}
-				if f == fDirty {
+			t := &q.tab
+			t.each(func(p int) bool {
+				k, st := t.keys[p], keyState{flags: t.flags[p]}
+				if t.timed {
+					st.at, st.gen = t.at[p], t.gen[p]
+				}
+				q.keys.m[k] = st
+				if st.flags == fDirty {
 					q.fifo.Push(k)
 				}
 				return true
@@ -613,7 +630,13 @@ func (q *Queue[T]) take(wantPrio bool) (item T, prio int32, waited time.Duration
 	if !q.full {
 		// A ready key has only fDirty, and lean keys have priority 0.
 		if q.store == nil {
-			return q.tab.take(), 0, 0
+			item, p := q.tab.take()
+			if q.tab.timed {
+				now := q.now()
+				waited = time.Duration(now - q.tab.at[p])
+				q.tab.at[p], q.tab.gen[p] = now, q.procs.start(item, now)
+			}
+			return item, 0, waited
 		}
 		item = q.pop()
 		q.lean.m[item] = fProcessing
@@ -670,7 +693,7 @@ func (q *Queue[T]) Done(item T) {
 	var worked time.Duration
 	if q.metrics != nil {
 		worked = time.Duration(q.now() - st.at)
-		q.procs.finish(item, st.at, st.gen, q.keys.m, q.processing)
+		q.procs.finish(item, st.at, st.gen, q, q.processing)
 		if st.flags&fDirty != 0 {
 			// Its queue latency counts from the add that dirtied it
 			// while it was processing, as in client-go.
@@ -738,17 +761,45 @@ func (q *Queue[T]) doneOrdered(item T) {
 		q.mu.Unlock()
 		return
 	}
+	q.processing--
+	var worked time.Duration
+	if q.tab.timed {
+		at := q.tab.at[pos]
+		worked = time.Duration(q.now() - at)
+		q.procs.finish(item, at, q.tab.gen[pos], q, q.processing)
+	}
 	if q.tab.flags[pos]&fDirty != 0 {
-		q.tab.requeue(slot, pos) // ready again, at the tail
+		p := q.tab.requeue(slot, pos) // ready again, at the tail
+		if q.tab.timed {
+			// Its queue latency counts from the add that dirtied it
+			// while it was processing, as in client-go.
+			q.tab.at[p] = q.procs.requeued(item)
+		}
 		q.wake()
 	} else {
 		q.tab.remove(slot, pos)
 	}
-	q.processing--
 	if q.drainers > 0 && q.processing == 0 {
 		q.cond.Broadcast()
 	}
 	q.unlock()
+	if q.tab.timed {
+		q.metrics.Worked(worked)
+	}
+}
+
+// runOf reports whether item is processing and the generation of its run,
+// for the processing set. q.mu must be held.
+func (q *Queue[T]) runOf(item T) (gen uint16, ok bool) {
+	if !q.full {
+		_, _, pos := q.tab.find(item)
+		if pos < 0 || q.tab.flags[pos]&fProcessing == 0 || !q.tab.timed {
+			return 0, false
+		}
+		return q.tab.gen[pos], true
+	}
+	st, ok := q.keys.m[item]
+	return st.gen, ok && st.flags&fProcessing != 0
 }
 
 // Len returns the number of ready keys, as client-go's Len does: keys
@@ -770,7 +821,7 @@ func (q *Queue[T]) Stats() Stats {
 		Dirty:      q.dirty,
 	}
 	if q.metrics != nil {
-		u, l := q.procs.ages(q.now(), q.keys.m, q.processing)
+		u, l := q.procs.ages(q.now(), q, q.processing)
 		s.UnfinishedWork, s.LongestRunning = time.Duration(u), time.Duration(l)
 	}
 	return s

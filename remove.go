@@ -113,6 +113,9 @@ func (q *Queue[T]) removeLean(item T) bool {
 			q.tab.remove(slot, pos) // ready: its entry dies, no ghost
 		} else {
 			q.tab.flags[pos] &^= fDirty // processing: only its re-run is cancelled
+			if q.tab.timed {
+				q.procs.requeued(item) // forget when it was added again
+			}
 		}
 		if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
 			q.cond.Broadcast()
