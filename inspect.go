@@ -173,24 +173,52 @@ func (q *Queue[T]) InspectLimited(l InspectLimits) []KeyInfo[T] {
 // snapshot.
 func (q *Queue[T]) State(item T) KeyState {
 	q.mu.Lock()
-	var st keyState
-	var ok bool
-	switch {
-	case q.full:
-		st, ok = q.keys.m[item]
-	case q.store == nil:
-		var pos int
-		if _, _, pos = q.tab.find(item); pos >= 0 {
-			st.flags, ok = q.tab.flags[pos], true
-		}
-	default:
-		st.flags, ok = q.lean.m[item]
-	}
+	st, ok := q.entry(item)
 	q.mu.Unlock()
 	if !ok {
 		return KeyAbsent
 	}
 	return stateOf(st.flags)
+}
+
+// entry returns item's entry in whichever key table the queue uses: the
+// full table, the ordered table of a plain queue, or the lean map of a
+// queue with a Store (flags only). q.mu must be held.
+func (q *Queue[T]) entry(item T) (keyState, bool) {
+	switch {
+	case q.full:
+		st, ok := q.keys.m[item]
+		return st, ok
+	case q.store == nil:
+		if _, _, pos := q.tab.find(item); pos >= 0 {
+			return q.tab.entry(pos), true
+		}
+		return keyState{}, false
+	default:
+		f, ok := q.lean.m[item]
+		return keyState{flags: f}, ok
+	}
+}
+
+// eachEntry calls yield with every key of the key table and its entry,
+// until yield returns false. q.mu must be held.
+func (q *Queue[T]) eachEntry(yield func(T, keyState) bool) {
+	switch {
+	case q.full:
+		for k, st := range q.keys.m {
+			if !yield(k, st) {
+				return
+			}
+		}
+	case q.store == nil:
+		q.tab.each(func(p int) bool { return yield(q.tab.keys[p], q.tab.entry(p)) })
+	default:
+		for k, f := range q.lean.m {
+			if !yield(k, keyState{flags: f}) {
+				return
+			}
+		}
+	}
 }
 
 // eachReady calls each with the ready keys in the order Get takes them,
@@ -201,6 +229,10 @@ func (q *Queue[T]) State(item T) KeyState {
 func (q *Queue[T]) eachReady(each func(T) bool) (ordered bool) {
 	switch s := q.store.(type) {
 	case nil:
+		if !q.full {
+			q.tab.eachReady(each)
+			break
+		}
 		q.fifo.each(each)
 	case *ring[T]:
 		s.each(each)
@@ -225,7 +257,6 @@ func (q *Queue[T]) readyOrdered() bool {
 // keys of each part, and at most total in all, filled in that order.
 func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 	q.mu.Lock()
-	q.toFull() // a lean table is moved to keyState first (stopgap: infoOf reads keyState)
 	defer q.mu.Unlock()
 	total = max(total, 0)
 	np := min(max(l.Processing, 0), q.processing) // l.Processing <= total
@@ -253,7 +284,7 @@ func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 		// The processing set holds the runs oldest first: the first np
 		// live records are the answer, no walk needed.
 		q.procs.order.each(func(r startRecord[T]) bool {
-			if st, ok := q.keys.m[r.item]; ok && st.flags&fProcessing != 0 && st.gen == r.gen {
+			if st, ok := q.entry(r.item); ok && st.flags&fProcessing != 0 && st.gen == r.gen {
 				e := info(r.item, st)
 				e.ord = r.at
 				procs = append(procs, e)
@@ -265,17 +296,15 @@ func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 		// Without metrics nothing but the key table knows which keys are
 		// processing; nor does it know their order, so the first np found
 		// are as good as any. The walk stops once both parts are full.
-		for k, st := range q.keys.m {
+		q.eachEntry(func(k T, st keyState) bool {
 			switch {
 			case st.flags&fProcessing != 0 && !timed && len(procs) < np:
 				procs = append(procs, info(k, st))
 			case st.flags == fDirty && len(readys) < walkReady:
 				readys = append(readys, info(k, st))
 			}
-			if (timed || len(procs) == np) && len(readys) == walkReady {
-				break
-			}
-		}
+			return !((timed || len(procs) == np) && len(readys) == walkReady)
+		})
 	}
 	if nw > 0 {
 		waits = q.soonest(waits)
@@ -291,7 +320,7 @@ func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 			visited := 0
 			q.eachReady(func(k T) bool {
 				visited++
-				st, ok := q.keys.m[k]
+				st, ok := q.entry(k)
 				if !ok || st.flags != fDirty {
 					return true // not ready: an entry the store will skip
 				}
@@ -312,7 +341,8 @@ func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 		case KeyWaiting:
 			e.Due = q.clock.Add(time.Duration(e.ord))
 		case KeyProcessingWaiting:
-			e.Due = q.clock.Add(time.Duration(q.keys.m[e.Key].when))
+			st, _ := q.entry(e.Key)
+			e.Due = q.clock.Add(time.Duration(st.when))
 		}
 		if e.State.Processing() && q.metrics != nil {
 			e.Started = q.clock.Add(time.Duration(e.ord))

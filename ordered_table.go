@@ -335,6 +335,25 @@ func (t *orderedTable[T]) each(yield func(p int) bool) {
 	}
 }
 
+// eachReady calls yield with the ready keys in the order Get takes them,
+// until it returns false.
+func (t *orderedTable[T]) eachReady(yield func(T) bool) {
+	for p := t.head; p < t.tail; p++ {
+		if t.flags[p] != 0 && !yield(t.keys[p]) {
+			return
+		}
+	}
+}
+
+// entry returns the live entry at p as the full table's keyState.
+func (t *orderedTable[T]) entry(p int) keyState {
+	st := keyState{flags: t.flags[p]}
+	if t.timed {
+		st.at, st.gen = t.at[p], t.gen[p]
+	}
+	return st
+}
+
 // ceilPow2 returns the least power of two >= n, for n >= 1.
 func ceilPow2(n int) int {
 	c := 1

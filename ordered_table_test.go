@@ -269,3 +269,38 @@ func TestOrderedTableSteadyChurnAllocatesNothing(t *testing.T) {
 	require.Zero(t, testing.AllocsPerRun(1000, cycle))
 	require.LessOrEqual(t, len(q.tab.keys), 256, "the log grew without bound")
 }
+
+// Looking inside a plain queue (Inspect, State, MostRequeued, the debug
+// page's calls) reads the ordered table where it is: it must not move the
+// queue to the full table, which would cost it its memory and speed for
+// good. The snapshot lists processing keys and then the ready ones in FIFO
+// order.
+func TestInspectKeepsOrderedTable(t *testing.T) {
+	for _, metrics := range []bool{false, true} {
+		t.Run(fmt.Sprintf("metrics=%v", metrics), func(t *testing.T) {
+			q := New[string]()
+			if metrics {
+				q = NewWithConfig(Config[string]{Name: "inspect", Metrics: nopProvider{}})
+			}
+			for _, k := range []string{"a", "b", "c", "d"} {
+				q.Add(k)
+			}
+			k, _ := q.Get() // a: processing
+			q.Add(k)        // processing+dirty
+			require.True(t, q.Remove("c"))
+			got := q.Inspect(10)
+			require.False(t, q.full, "Inspect moved a plain queue to the full table")
+			var brief []string
+			for _, e := range got {
+				brief = append(brief, e.Key+":"+e.State.String())
+				if metrics && e.State.Processing() {
+					require.False(t, e.Started.IsZero(), "a processing key's start is known with metrics")
+				}
+			}
+			require.Equal(t, []string{"a:" + KeyProcessingDirty.String(), "b:" + KeyReady.String(), "d:" + KeyReady.String()}, brief)
+			require.Equal(t, KeyProcessingDirty, q.State("a"))
+			require.Equal(t, KeyAbsent, q.State("c"))
+			require.False(t, q.full, "State moved a plain queue to the full table")
+		})
+	}
+}

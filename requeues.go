@@ -161,7 +161,6 @@ func (q *RateLimitingQueue[T]) MostRequeued(n int) []KeyInfo[T] {
 			}
 			out := make([]KeyInfo[T], len(top))
 			q.mu.Lock()
-			q.toFull() // stopgap: infoOf reads keyState
 			for i, kc := range top {
 				out[i] = q.infoOf(kc.key)
 				out[i].Requeues = kc.n
@@ -182,7 +181,7 @@ func (q *RateLimitingQueue[T]) MostRequeued(n int) []KeyInfo[T] {
 // infoOf returns what a snapshot says of item, times included. q.mu must
 // be held.
 func (q *Queue[T]) infoOf(item T) KeyInfo[T] {
-	st, ok := q.keys.m[item]
+	st, ok := q.entry(item)
 	if !ok {
 		return KeyInfo[T]{Key: item}
 	}
