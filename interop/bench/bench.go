@@ -104,6 +104,10 @@ func Workloads() []Workload {
 			Floors: floor(func(b *testing.B) { burst(b, newFloorQueue(false)) }),
 		},
 		{
+			Name: "requeue-1000", Doc: "1000 keys queued; Get, Add of the key while processing, Done (it goes to the back)", Theirs: clientGo,
+			RunOurs: func(b *testing.B) { requeue(b, newOurs()) }, RunTheirs: func(b *testing.B) { requeue(b, newTheirs()) },
+		},
+		{
 			Name: "hot-key-x10", Doc: "ten Adds of one key, then Get, Done", Theirs: clientGo, Goal: 0.7,
 			RunOurs: func(b *testing.B) { hotKey(b, newOurs()) }, RunTheirs: func(b *testing.B) { hotKey(b, newTheirs()) },
 		},
@@ -180,6 +184,24 @@ func burst(b *testing.B, q cycler) {
 			q.Done(k)
 		}
 	})
+}
+
+// requeue keeps 1000 keys queued and cycles them through processing+dirty:
+// each key is added again while it runs, so Done puts it at the back. It
+// is the shape of a busy controller whose objects change while they
+// reconcile, and for our plain queue the path that moves a key's entry to
+// the tail of its ordered table and compacts the dead entries left behind.
+func requeue(b *testing.B, q cycler) {
+	defer q.ShutDown()
+	for _, k := range Keys(1000) {
+		q.Add(k)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		k, _ := q.Get()
+		q.Add(k)
+		q.Done(k)
+	}
 }
 
 // hotKey is a key that gets ten events before a worker takes it.

@@ -467,7 +467,8 @@ func (rep report) perfMD(table string) string {
 		"against client-go's plain queue with the same keys, and what ours still holds once they are all drained while the queue is " +
 		"still referenced; the keys themselves are not counted. Medians of up to 3 interleaved rounds, with the rounds' range. " +
 		"The plain rows' floor is the contention floor (a Go map of one flag per key and a ring): the least a queue that keeps a " +
-		"Go map and a separate FIFO can hold, so a goal below it needs a table that is also the FIFO.\n")
+		"Go map and a separate FIFO can hold. Ours is below it because its plain queue keeps no Go map: its ordered table " +
+		"(ordered_table.go) is the key table and the FIFO at once, and stores each key once.\n")
 	sb.WriteString("- `slow half`: the contended rows are bimodal (see the README); this compares the medians of the slower half of " +
 		"each library's rounds.\n")
 	if rep.quick {
