@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/go-coalesce/workqueue"
+	clientworkqueue "k8s.io/client-go/util/workqueue"
+)
+
+// The contended rows are bimodal: some rounds run several times slower than
+// others, for every queue. The explanation we give (README, Performance) is
+// sync.Mutex's starvation mode: once a waiter has waited more than 1 ms for
+// the lock, the mutex hands it over directly to the oldest waiter on every
+// Unlock, which on 2 cores with 16 goroutines means a context switch per
+// lock hand-off, until a waiter gets the lock having waited less than 1 ms
+// or is the last one. ModeRound measures that instead of guessing it: it
+// runs a workload while a sampler reads the queue's mutex state word and
+// counts how often the starving bit is set.
+//
+// Reading another package's mutex state is a diagnostic, not an API: it
+// relies on sync.Mutex starting with its int32 state word (true of every
+// Go release since 1.0, and checked at run time below on a mutex put in a
+// known state) and on the starving bit being 4 (mutexStarving in
+// internal/sync).
+
+const mutexStarving = 4
+
+// ModeResult is one round of one queue: the workload's ns/op, and the share
+// of the sampler's reads that found the mutex in starvation mode.
+type ModeResult struct {
+	Queue    string
+	NsPerOp  float64
+	Starving float64 // 0..1
+	Samples  int
+}
+
+// mutexState reads the state word of mu.
+func mutexState(mu *sync.Mutex) int32 {
+	return atomic.LoadInt32((*int32)(unsafe.Pointer(mu)))
+}
+
+// checkLayout panics unless the state word reads as this package expects: a
+// locked mutex has bit 1 set, an unlocked one none.
+func checkLayout() {
+	var mu sync.Mutex
+	mu.Lock()
+	locked := mutexState(&mu)
+	mu.Unlock()
+	if locked&1 == 0 || mutexState(&mu) != 0 {
+		panic("bench: sync.Mutex no longer starts with its state word; the starvation probe cannot read it")
+	}
+}
+
+// ourMutex returns the mutex of our queue (the unexported field mu).
+func ourMutex[T comparable](q *workqueue.Queue[T]) *sync.Mutex {
+	f := reflect.ValueOf(q).Elem().FieldByName("mu")
+	return (*sync.Mutex)(unsafe.Pointer(f.UnsafeAddr()))
+}
+
+// clientGoMutex returns the mutex of a client-go queue: its cond's Locker.
+func clientGoMutex[T comparable](q clientworkqueue.TypedInterface[T]) *sync.Mutex {
+	f := reflect.ValueOf(q).Elem().FieldByName("cond")
+	cond := (*sync.Cond)(unsafe.Pointer(f.Pointer()))
+	return cond.L.(*sync.Mutex)
+}
+
+// ModeQueues are the queues ModeRound compares, by name.
+var ModeQueues = []string{"ours", "client-go", "floor"}
+
+// ModeRound runs distinct-x8-int (mult = 8) or the 2x32 worker pool (mult
+// = 0) once on the named queue with testing.Benchmark (so for
+// -test.benchtime), sampling its mutex every 100µs.
+func ModeRound(queue string, mult int) ModeResult {
+	checkLayout()
+	var q typedQueue[int]
+	var mu *sync.Mutex
+	switch queue {
+	case "ours":
+		oq := workqueue.New[int]()
+		q, mu = oq, ourMutex(oq)
+	case "client-go":
+		cq := clientworkqueue.NewTyped[int]()
+		q, mu = cq, clientGoMutex[int](cq)
+	case "floor":
+		fq := newFloorCond[int]()
+		q, mu = fq, &fq.mu
+	default:
+		panic(fmt.Sprintf("bench: no queue %q", queue))
+	}
+	var samples, starving atomic.Int64
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		t := time.NewTicker(100 * time.Microsecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				samples.Add(1)
+				if mutexState(mu)&mutexStarving != 0 {
+					starving.Add(1)
+				}
+			}
+		}
+	})
+	run := func(b *testing.B) {
+		if mult > 0 {
+			distinct(b, q, intKeys(), mult)
+		} else {
+			workerPool(b, q, intKeys(), 2, 32)
+		}
+	}
+	r := testing.Benchmark(run)
+	close(stop)
+	sampler.Wait()
+	res := ModeResult{Queue: queue, NsPerOp: float64(r.T.Nanoseconds()) / float64(r.N), Samples: int(samples.Load())}
+	if res.Samples > 0 {
+		res.Starving = float64(starving.Load()) / float64(res.Samples)
+	}
+	return res
+}
