@@ -81,8 +81,10 @@ type Config struct {
 	// away. Zero means DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// RenewDeadline is how long after the start of its last successful
-	// renewal a replica keeps processing its shards' keys when renewals
-	// fail; then it stops admitting them and cancels their runs. It must
+	// (answered) renewal a replica keeps processing its shards' keys when
+	// renewals fail; then it stops admitting them, cancels their runs and
+	// stops renewing its session: it only tries to join again, with a new
+	// session that the others count only once renewed. It must
 	// be below LeaseDuration, by enough to cover clock drift and the time
 	// a cancelled handler takes to return. Zero means DefaultRenewDeadline.
 	RenewDeadline time.Duration
@@ -148,6 +150,16 @@ type Config struct {
 //     before the fencer first saw it, so the holder stopped at most
 //     RenewDeadline after that, while the fencer waited LeaseDuration.
 //
+// A replica renews its session only while it is alive; once RenewDeadline
+// has passed without an answered write it writes only joins, each with a
+// new session (renewTime = acquireTime on the Lease), until one is
+// answered. The others give a share only to members whose Lease is a
+// renewal, which proves its writer was answered in that session. So a
+// replica whose requests land but whose answers are lost, and which can
+// therefore never take a shard, holds no share for long: either its Lease
+// stops changing and case 3 fences it, or its joins land, free its old
+// shards (case 2) and get no share (issue #14).
+//
 // Case 3 rests on the timing assumption of client-go's leader election:
 // clocks advance at nearly the same rate, and LeaseDuration − RenewDeadline
 // covers the drift over LeaseDuration plus the time a cancelled handler
@@ -184,7 +196,10 @@ type Replica struct {
 	shardRV  []string            // resourceVersion of each shard Lease, "" if missing
 	prev     []int               // the active shards at the last sync
 	aliveFor int                 // ticks since the session began
-	leaveBy  time.Time           // give up leaving here
+	// sessionStart is when the join that started the session was sent:
+	// the acquireTime of every renewal of the session.
+	sessionStart time.Time
+	leaveBy      time.Time // give up leaving here
 }
 
 // The states of one shard, as this replica sees it.

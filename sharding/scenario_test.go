@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/go-coalesce/workqueue/sharding/fakeleases"
 )
 
 var sizes = []struct{ replicas, shards int }{
@@ -26,6 +28,11 @@ func TestStartTogether(t *testing.T) {
 					rg.start(false)
 				}
 				settle := rg.waitBalanced(leaseDuration + 4*retryPeriod)
+				// Replicas started together see each other before they
+				// take shards, so each shard is dealt out once.
+				if a := rg.acquired(); a != sz.shards {
+					t.Errorf("invariant 3: %d shard acquisitions while %d replicas started together, want one per shard (%d)", a, sz.replicas, sz.shards)
+				}
 				took := rg.quiet()
 				wps := rg.writesPerSecond()
 				rg.update(200)
@@ -257,4 +264,65 @@ func TestNoGoroutinePerShard(t *testing.T) {
 		t.Errorf("%d goroutines with 16 shards, %d with 1024", few, many)
 	}
 	t.Logf("FIGURES goroutines: %d with 16 shards, %d with 1024 (3 replicas, all goroutines of the process)", few, many)
+}
+
+// TestLostResponses makes a replica's Lease requests reach the store but
+// lose their responses (issue #14): its writes take effect, yet it never
+// learns that they did. With fakeleases.LoseAll every response is lost;
+// with LoseApplied only those of the writes that took effect, so the
+// replica still sees its conflicts and reads its Lease back, and its next
+// blind write lands too. Either way it must hold nothing once
+// RenewDeadline has passed since its last answered renewal, the others
+// must take all its shards within the bound of a cut-off replica's
+// (LeaseDuration + 2×RetryPeriod, plus the RetryPeriod it may have renewed
+// before the fault) and keep them while the fault lasts; healed, it
+// rejoins and the ring balances again.
+func TestLostResponses(t *testing.T) {
+	for _, loss := range []struct {
+		name string
+		loss fakeleases.Loss
+	}{{"all", fakeleases.LoseAll}, {"applied", fakeleases.LoseApplied}} {
+		t.Run(loss.name, func(t *testing.T) {
+			forSizes(t, func(t *testing.T, n, s int) {
+				rg := newRing(t, s, objects)
+				defer rg.stopAll()
+				for range n {
+					rg.start(false)
+				}
+				rg.waitBalanced(leaseDuration)
+				victim := rg.ids()[1%n]
+				rg.leases.LoseResponses(victim, loss.loss)
+				go rg.churn(leaseDuration)
+				time.Sleep(renewDeadline + 50*time.Millisecond)
+				rg.mu.Lock()
+				held := rg.members[victim].r.Shards()
+				rg.mu.Unlock()
+				if len(held) > 0 {
+					t.Errorf("invariant 1: the replica that gets no answers still holds %v after RenewDeadline", held)
+				}
+				bound := leaseDuration + 3*retryPeriod
+				take := rg.waitTaken(victim, bound) + renewDeadline + 50*time.Millisecond
+				// The others keep the victim's share while the fault lasts.
+				var gap time.Duration
+				for range int(2 * leaseDuration / (100 * time.Millisecond)) {
+					time.Sleep(100 * time.Millisecond)
+					for _, ids := range rg.holders() {
+						if len(ids) != 1 || ids[0] == victim {
+							gap += 100 * time.Millisecond
+							break
+						}
+					}
+				}
+				if gap > 0 {
+					t.Errorf("invariant 2: during the fault, after the takeover, some shard had no single live holder for %v of %v", gap, 2*leaseDuration)
+				}
+				rg.leases.LoseResponses(victim, fakeleases.LoseNone)
+				rejoin := rg.waitBalanced(leaseDuration + 4*retryPeriod)
+				took := rg.quiet()
+				rg.checkExclusive()
+				t.Logf("FIGURES lost responses (%s): shards taken over %v after the fault (bound %v); healed replica balanced in after %v; quiet: all reconciled after %v",
+					loss.name, take, bound, rejoin, took)
+			})
+		})
+	}
 }
