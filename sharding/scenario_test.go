@@ -35,15 +35,46 @@ func TestStartTogether(t *testing.T) {
 				}
 				took := rg.quiet()
 				wps := rg.writesPerSecond()
+				spread := checkJitter(t, rg)
 				rg.update(200)
 				took2 := rg.quiet()
 				rg.checkExclusive()
 				perReplica := (heapInUse() - heap0) / uint64(sz.replicas)
-				t.Logf("FIGURES start: balanced after %v; quiet ring: %.2f Lease writes/s (%d replicas / RetryPeriod %v = %.2f); 200 updates reconciled in %v (last after quiet start %v); %d runs; heap per replica %d KiB (informer of %d objects, queue, sharding state)",
-					settle, wps, sz.replicas, retryPeriod, float64(sz.replicas)/retryPeriod.Seconds(), took2, took, rg.tr.runs, perReplica>>10, objects)
+				t.Logf("FIGURES start: balanced after %v; quiet ring: %.2f Lease writes/s (%d replicas / RetryPeriod %v = %.2f), last renewals spread over %v; 200 updates reconciled in %v (last after quiet start %v); %d runs; heap per replica %d KiB (informer of %d objects, queue, sharding state)",
+					settle, wps, sz.replicas, retryPeriod, float64(sz.replicas)/retryPeriod.Seconds(), spread, took2, took, rg.tr.runs, perReplica>>10, objects)
 			})
 		})
 	}
+}
+
+// checkJitter checks the loop's period in a quiet ring started at once:
+// every replica renews between RetryPeriod and 1.1×RetryPeriod after its
+// previous renewal, and the replicas no longer renew in lockstep. It
+// returns the spread of their last renewals.
+func checkJitter(t *testing.T, rg *ring) time.Duration {
+	var first, last time.Time
+	for _, id := range rg.ids() {
+		at := rg.renewedAt(id)
+		for i := max(1, len(at)-10); i < len(at); i++ {
+			if d := at[i].Sub(at[i-1]); d < retryPeriod || d > maxPeriod {
+				t.Errorf("%s renewed %v after its previous renewal, want %v to %v", id, d, retryPeriod, maxPeriod)
+				break
+			}
+		}
+		if len(at) == 0 {
+			continue
+		}
+		if l := at[len(at)-1]; first.IsZero() || l.Before(first) {
+			first = l
+		}
+		if l := at[len(at)-1]; l.After(last) {
+			last = l
+		}
+	}
+	if len(rg.ids()) > 1 && !last.After(first) {
+		t.Errorf("replicas started together still renew at the same instant (%v)", last.Format("15:04:05.000"))
+	}
+	return last.Sub(first)
 }
 
 // forSizes runs f for each ring size in a synctest bubble.
@@ -143,7 +174,7 @@ func TestKill(t *testing.T) {
 			go rg.churn(2 * retryPeriod)
 			rg.stop(victim)
 			take := rg.waitCovered(leaseDuration + 3*retryPeriod)
-			if bound := leaseDuration + 2*retryPeriod; take > bound {
+			if bound := leaseDuration + 2*maxPeriod; take > bound {
 				t.Errorf("invariant 2: a killed replica's shards were taken over after %v, bound %v", take, bound)
 			}
 			takes = append(takes, take)
@@ -151,8 +182,8 @@ func TestKill(t *testing.T) {
 		}
 		took := rg.quiet()
 		rg.checkExclusive()
-		t.Logf("FIGURES kill: takeover %v (bound LeaseDuration+2×RetryPeriod = %v); quiet: all reconciled after %v",
-			takes, leaseDuration+2*retryPeriod, took)
+		t.Logf("FIGURES kill: takeover %v (bound LeaseDuration+2×1.1×RetryPeriod = %v); quiet: all reconciled after %v",
+			takes, leaseDuration+2*maxPeriod, took)
 	})
 }
 
@@ -274,8 +305,8 @@ func TestNoGoroutinePerShard(t *testing.T) {
 // blind write lands too. Either way it must hold nothing once
 // RenewDeadline has passed since its last answered renewal, the others
 // must take all its shards within the bound of a cut-off replica's
-// (LeaseDuration + 2×RetryPeriod, plus the RetryPeriod it may have renewed
-// before the fault) and keep them while the fault lasts; healed, it
+// (LeaseDuration + 2 periods, plus the period it may have renewed before
+// the fault; a period is at most 1.1×RetryPeriod with its jitter) and keep them while the fault lasts; healed, it
 // rejoins and the ring balances again.
 func TestLostResponses(t *testing.T) {
 	for _, loss := range []struct {
@@ -300,7 +331,7 @@ func TestLostResponses(t *testing.T) {
 				if len(held) > 0 {
 					t.Errorf("invariant 1: the replica that gets no answers still holds %v after RenewDeadline", held)
 				}
-				bound := leaseDuration + 3*retryPeriod
+				bound := leaseDuration + 3*maxPeriod
 				take := rg.waitTaken(victim, bound) + renewDeadline + 50*time.Millisecond
 				// The others keep the victim's share while the fault lasts.
 				var gap time.Duration
