@@ -303,11 +303,13 @@ func TestNoGoroutinePerShard(t *testing.T) {
 // with LoseApplied only those of the writes that took effect, so the
 // replica still sees its conflicts and reads its Lease back, and its next
 // blind write lands too. Either way it must hold nothing once
-// RenewDeadline has passed since its last answered renewal, the others
-// must take all its shards within the bound of a cut-off replica's
-// (LeaseDuration + 2 periods, plus the period it may have renewed before
-// the fault; a period is at most 1.1×RetryPeriod with its jitter) and keep them while the fault lasts; healed, it
-// rejoins and the ring balances again.
+// RenewDeadline has passed since its last answered renewal, and the
+// others must take all its shards within LeaseDuration + 3 periods of the
+// fault (a period is at most 1.1×RetryPeriod with its jitter: its first
+// blind renewal may land a period after the fault, the others see it
+// within a period, and fence it within a period of LeaseDuration after
+// that) and keep them while the fault lasts; healed, it rejoins and the
+// ring balances again.
 func TestLostResponses(t *testing.T) {
 	for _, loss := range []struct {
 		name string
