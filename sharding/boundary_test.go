@@ -15,7 +15,7 @@ import (
 // overlap with the new holder, and the tracker must see it: that is the
 // assumption being necessary, and the tracker being able to fail.
 func TestExclusionBoundary(t *testing.T) {
-	margin := leaseDuration - renewDeadline - retryPeriod // the victim renewed at most RetryPeriod before the cut
+	margin := leaseDuration - renewDeadline - maxPeriod // the victim renewed at most a period before the cut
 	for _, tc := range []struct {
 		name      string
 		returnIn  time.Duration
@@ -39,8 +39,8 @@ func TestExclusionBoundary(t *testing.T) {
 				cut := time.Now()
 				rg.leases.CutOff(victim, true)
 				take := rg.waitTaken(victim, leaseDuration+3*retryPeriod)
-				if take < leaseDuration-retryPeriod {
-					t.Errorf("shards taken over %v after the cut, before LeaseDuration − RetryPeriod", take)
+				if take < leaseDuration-maxPeriod {
+					t.Errorf("shards taken over %v after the cut, before LeaseDuration − 1.1×RetryPeriod", take)
 				}
 				lost, ok := rg.tr.lostTime(victim)
 				switch {

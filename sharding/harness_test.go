@@ -28,6 +28,7 @@ const (
 	leaseDuration = 15 * time.Second
 	renewDeadline = 10 * time.Second
 	retryPeriod   = 2 * time.Second
+	maxPeriod     = retryPeriod + retryPeriod/10 // the longest loop period, with its jitter
 	gracePeriod   = 3 * time.Second
 	workTime      = 20 * time.Millisecond // one handler run
 	workers       = 4
@@ -159,9 +160,11 @@ type ring struct {
 	seq     int
 
 	// acquisitions counts shard Lease writes that gave a shard to a
-	// holder (a move or a first assignment).
+	// holder (a move or a first assignment); renewals records when each
+	// replica's membership Lease updates succeeded.
 	acqMu        sync.Mutex
 	acquisitions int
+	renewals     map[string][]time.Time
 }
 
 type member struct {
@@ -182,17 +185,27 @@ func newRing(t *testing.T, shards, objects int) *ring {
 		// The simple clientset: NewClientset's field-managed tracker
 		// builds a REST mapper on every write, which made 2,000 creates
 		// take most of a test's time.
-		objs:    fake.NewSimpleClientset(), //nolint:staticcheck // see above
-		tr:      newTracker(),
-		rng:     rand.New(rand.NewPCG(uint64(shards), uint64(objects))),
-		members: make(map[string]*member),
+		objs:     fake.NewSimpleClientset(), //nolint:staticcheck // see above
+		tr:       newTracker(),
+		rng:      rand.New(rand.NewPCG(uint64(shards), uint64(objects))),
+		members:  make(map[string]*member),
+		renewals: make(map[string][]time.Time),
 		timing: sharding.Config{
 			LeaseDuration: leaseDuration, RenewDeadline: renewDeadline,
 			RetryPeriod: retryPeriod, GracePeriod: gracePeriod,
 		},
 	}
-	rg.leases.OnWrite(func(_, verb string, l *coordinationv1.Lease, err error) {
-		if err != nil || l == nil || verb == "delete" || l.Labels[sharding.LabelRole] != "shard" {
+	rg.leases.OnWrite(func(id, verb string, l *coordinationv1.Lease, err error) {
+		if err != nil || l == nil || verb == "delete" {
+			return
+		}
+		if l.Labels[sharding.LabelRole] == "member" {
+			rg.acqMu.Lock()
+			rg.renewals[id] = append(rg.renewals[id], time.Now())
+			rg.acqMu.Unlock()
+			return
+		}
+		if l.Labels[sharding.LabelRole] != "shard" {
 			return
 		}
 		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
@@ -215,6 +228,13 @@ func newRing(t *testing.T, shards, objects int) *ring {
 		rg.tr.wrote(objectsNS+"/"+name, 1)
 	}
 	return rg
+}
+
+// renewedAt returns when replica id's membership writes succeeded.
+func (rg *ring) renewedAt(id string) []time.Time {
+	rg.acqMu.Lock()
+	defer rg.acqMu.Unlock()
+	return slices.Clone(rg.renewals[id])
 }
 
 func (rg *ring) acquired() int {
@@ -423,12 +443,12 @@ func (rg *ring) churnEvery(d, period time.Duration) {
 	}
 }
 
-// quiet waits LeaseDuration + 2×RetryPeriod (+ the work of the keys that
+// quiet waits LeaseDuration + 2 periods (+ the work of the keys that
 // changed last) and checks invariants 2 and 3; it returns when the last
 // key was reconciled, counted from the start of the quiet.
 func (rg *ring) quiet() time.Duration {
 	q := time.Now()
-	bound := leaseDuration + 2*retryPeriod
+	bound := leaseDuration + 2*maxPeriod
 	time.Sleep(bound + time.Second)
 	behind, last := rg.tr.behind()
 	if len(behind) > 0 {
@@ -448,8 +468,9 @@ func (rg *ring) quiet() time.Duration {
 // writesPerSecond measures the Lease writes of a quiet ring over 10 retry
 // periods and checks invariant 4.
 func (rg *ring) writesPerSecond() float64 {
-	// Replicas started together tick at the same instants; starting the
-	// window half a period off them counts each period's renewal once.
+	// Replicas started together first tick at the same instants (and
+	// drift apart with the jitter); starting the window half a period off
+	// them counts each period's renewal once.
 	time.Sleep(retryPeriod / 2)
 	window := 10 * retryPeriod
 	before := rg.leases.TotalWrites()

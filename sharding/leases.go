@@ -51,6 +51,10 @@ type view struct {
 
 type memberInfo struct {
 	rv, session string
+	// confirmed is false for a join: a membership Lease written to start
+	// its session (renewTime = acquireTime), whose writer has not yet been
+	// answered. See (*Replica).plan.
+	confirmed bool
 }
 
 type shardInfo struct {
@@ -83,7 +87,11 @@ func (r *Replica) list(ctx context.Context) (*view, error) {
 			if !ok || holder != id {
 				continue
 			}
-			v.members[id] = memberInfo{rv: le.ResourceVersion, session: le.Annotations[AnnotationSession]}
+			// A Lease without acquireTime (written by an older version)
+			// counts as confirmed, as every member did then.
+			confirmed := le.Spec.AcquireTime == nil || le.Spec.RenewTime == nil ||
+				!le.Spec.AcquireTime.Equal(le.Spec.RenewTime)
+			v.members[id] = memberInfo{rv: le.ResourceVersion, session: le.Annotations[AnnotationSession], confirmed: confirmed}
 		case roleShard:
 			s, ok := strings.CutPrefix(le.Name, shardPrefix)
 			if !ok || le.Annotations[AnnotationShards] != strconv.Itoa(r.shards) {
@@ -104,10 +112,15 @@ func (r *Replica) list(ctx context.Context) (*view, error) {
 	return v, nil
 }
 
-// memberLease is our membership Lease with the given session, renewed now.
-func (r *Replica) memberLease(session string, now time.Time) *coordinationv1.Lease {
+// memberLease is our membership Lease with the given session, started at
+// start and renewed now. A join (the write that starts a session) has
+// start == now; a renewal, written only while the session is alive, has
+// start < now: that is how the others tell a session whose writer has
+// been answered from one that may never have been.
+func (r *Replica) memberLease(session string, start, now time.Time) *coordinationv1.Lease {
 	secs := r.leaseSeconds()
 	t := metav1.NewMicroTime(now)
+	st := metav1.NewMicroTime(start)
 	id := r.cfg.Identity
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
@@ -119,6 +132,7 @@ func (r *Replica) memberLease(session string, now time.Time) *coordinationv1.Lea
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       &id,
 			LeaseDurationSeconds: &secs,
+			AcquireTime:          &st,
 			RenewTime:            &t,
 		},
 	}

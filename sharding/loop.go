@@ -43,19 +43,29 @@ func (r *Replica) tick(api context.Context) {
 
 // renew renews the membership Lease, or, if the session has lapsed and
 // every run of it has returned, starts a new session (ownership case 2).
+//
+// Only an alive session is renewed (acquireTime is the session's start,
+// before renewTime). A replica that has gone RenewDeadline without an
+// answered write does not renew: it writes a join (acquireTime =
+// renewTime, a new session each time), which the others do not count in
+// the shares (see plan). Its writes may still land when only their
+// answers are lost, and it may learn its Lease's resourceVersion back from
+// a Conflict and a Get, so it cannot rely on its Lease going still to be
+// fenced; writing joins is how it stops holding a share it cannot use.
 func (r *Replica) renew(ctx context.Context) {
 	r.mu.Lock()
 	alive, inflight, session := r.alive, r.inflight, r.session
 	r.mu.Unlock()
+	sent := time.Now()
+	start := r.sessionStart
 	if !alive {
 		if r.leaving || inflight > 0 {
 			return
 		}
-		session = newSession()
+		session, start = newSession(), sent // a join
 	}
 	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
-	sent := time.Now()
-	lease := r.memberLease(session, sent)
+	lease := r.memberLease(session, start, sent)
 	var out *coordinationv1.Lease
 	var err error
 	if r.memberRV == "" {
@@ -86,6 +96,7 @@ func (r *Replica) renew(ctx context.Context) {
 	if !r.alive {
 		r.alive = true
 		r.session = session
+		r.sessionStart = start
 		r.aliveFor = 0
 	}
 	r.deadline = deadline
@@ -183,10 +194,27 @@ func (r *Replica) cancelShardLocked(i int, cause error) {
 // Free shards are dealt out in identity order too: the member at position
 // k takes the free shards after the deficits of the members before it, so
 // replicas working from the same view never race for the same shard.
+//
+// Only confirmed members get a share (issue #14). A replica renews its
+// session only while it is alive, that is while one of its writes was
+// answered less than RenewDeadline ago; a replica that lapsed writes joins,
+// each with a new session. So a membership Lease that is a join (its
+// renewTime is its acquireTime) may come from a replica that never learns
+// whether its writes land: its requests reach the API server but the
+// answers are lost. Such a replica cannot take a shard, and, since it
+// keeps writing, nobody ever fences it; if it had a share, that share
+// would wait for it while the fault lasts. Leaving joins out costs a
+// healthy newcomer one RetryPeriod: the others count it from its first
+// renewal, its second write. A join frees the shards of the replica's
+// previous session all the same (their Leases name a session that is not
+// the member's), which is safe: a replica starts a new session only once
+// every run of the old one has returned (ownership case 2).
 func (r *Replica) plan(ctx context.Context, v *view, session string) {
 	ids := make([]string, 0, len(v.members))
-	for id := range v.members {
-		ids = append(ids, id)
+	for id, m := range v.members {
+		if m.confirmed {
+			ids = append(ids, id)
+		}
 	}
 	slices.Sort(ids)
 	held := make(map[string]int, len(ids))
@@ -237,9 +265,11 @@ func (r *Replica) plan(ctx context.Context, v *view, session string) {
 		return
 	}
 
-	// Take free shards, one tick after joining so that the newcomer sees
-	// the members that started with it.
-	if r.aliveFor < 2 {
+	// Take free shards two ticks after joining: the others count a
+	// member from its first renewal (its second tick), so a newcomer
+	// waits one more tick to see the renewals of the members that
+	// started with it.
+	if r.aliveFor < 3 {
 		return
 	}
 	offset := 0

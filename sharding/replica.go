@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -81,14 +82,20 @@ type Config struct {
 	// away. Zero means DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// RenewDeadline is how long after the start of its last successful
-	// renewal a replica keeps processing its shards' keys when renewals
-	// fail; then it stops admitting them and cancels their runs. It must
+	// (answered) renewal a replica keeps processing its shards' keys when
+	// renewals fail; then it stops admitting them, cancels their runs and
+	// stops renewing its session: it only tries to join again, with a new
+	// session that the others count only once renewed. It must
 	// be below LeaseDuration, by enough to cover clock drift and the time
 	// a cancelled handler takes to return. Zero means DefaultRenewDeadline.
 	RenewDeadline time.Duration
 	// RetryPeriod is the period of the replica's loop: it renews its
-	// membership Lease and reads the ring once per period. It must be
-	// below RenewDeadline. Zero means DefaultRetryPeriod.
+	// membership Lease and reads the ring once per period. Each period
+	// is RetryPeriod plus a jitter of up to a tenth of it (and of half
+	// of RenewDeadline − RetryPeriod), so that replicas started together
+	// do not write in lockstep; the loop never runs more often than once
+	// per RetryPeriod. It must be below RenewDeadline. Zero means
+	// DefaultRetryPeriod.
 	RetryPeriod time.Duration
 	// GracePeriod is how long the in-flight runs of a shard that the
 	// replica gives up voluntarily (to balance, or when leaving) may go on
@@ -148,6 +155,16 @@ type Config struct {
 //     before the fencer first saw it, so the holder stopped at most
 //     RenewDeadline after that, while the fencer waited LeaseDuration.
 //
+// A replica renews its session only while it is alive; once RenewDeadline
+// has passed without an answered write it writes only joins, each with a
+// new session (renewTime = acquireTime on the Lease), until one is
+// answered. The others give a share only to members whose Lease is a
+// renewal, which proves its writer was answered in that session. So a
+// replica whose requests land but whose answers are lost, and which can
+// therefore never take a shard, holds no share for long: either its Lease
+// stops changing and case 3 fences it, or its joins land, free its old
+// shards (case 2) and get no share (issue #14).
+//
 // Case 3 rests on the timing assumption of client-go's leader election:
 // clocks advance at nearly the same rate, and LeaseDuration − RenewDeadline
 // covers the drift over LeaseDuration plus the time a cancelled handler
@@ -184,7 +201,11 @@ type Replica struct {
 	shardRV  []string            // resourceVersion of each shard Lease, "" if missing
 	prev     []int               // the active shards at the last sync
 	aliveFor int                 // ticks since the session began
-	leaveBy  time.Time           // give up leaving here
+	jitter   *rand.Rand          // draws each period's jitter (see period)
+	// sessionStart is when the join that started the session was sent:
+	// the acquireTime of every renewal of the session.
+	sessionStart time.Time
+	leaveBy      time.Time // give up leaving here
 }
 
 // The states of one shard, as this replica sees it.
@@ -276,6 +297,9 @@ func New(cfg Config) (*Replica, error) {
 		gone:    make(map[string]int),
 		seen:    make(map[string]observed),
 		shardRV: make([]string, cfg.Shards),
+		// Seeded by the replica's identity: distinct replicas drift
+		// apart, and a test in simulated time replays the same periods.
+		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
 	}
 	return r, nil
 }
@@ -511,7 +535,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 		now := time.Now()
 		if !now.Before(next) {
-			next = now.Add(r.cfg.RetryPeriod)
+			next = now.Add(r.period())
 			r.tick(api)
 		}
 		r.sync() // before progress: keys are removed before a release
@@ -530,6 +554,19 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 		timer.Reset(time.Until(wakeAt))
 	}
+}
+
+// period returns the time to the next tick: RetryPeriod plus a jitter
+// drawn from [0, RetryPeriod/10], capped at half of RenewDeadline −
+// RetryPeriod so that a period stays well inside RenewDeadline. Replicas started together would
+// otherwise renew and LIST at the same instants for as long as they run;
+// the jitter spreads their requests over the period. It only lengthens
+// the period, so the loop still writes at most one membership Lease per
+// RetryPeriod, and every bound stated with "a RetryPeriod" holds with
+// 1.1×RetryPeriod.
+func (r *Replica) period() time.Duration {
+	maxJitter := min(r.cfg.RetryPeriod/10, (r.cfg.RenewDeadline-r.cfg.RetryPeriod)/2)
+	return r.cfg.RetryPeriod + time.Duration(r.jitter.Int64N(int64(maxJitter)+1))
 }
 
 // abandon stops everything without writing, as a crash would.

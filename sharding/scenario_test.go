@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/go-coalesce/workqueue/sharding/fakeleases"
 )
 
 var sizes = []struct{ replicas, shards int }{
@@ -26,17 +28,53 @@ func TestStartTogether(t *testing.T) {
 					rg.start(false)
 				}
 				settle := rg.waitBalanced(leaseDuration + 4*retryPeriod)
+				// Replicas started together see each other before they
+				// take shards, so each shard is dealt out once.
+				if a := rg.acquired(); a != sz.shards {
+					t.Errorf("invariant 3: %d shard acquisitions while %d replicas started together, want one per shard (%d)", a, sz.replicas, sz.shards)
+				}
 				took := rg.quiet()
 				wps := rg.writesPerSecond()
+				spread := checkJitter(t, rg)
 				rg.update(200)
 				took2 := rg.quiet()
 				rg.checkExclusive()
 				perReplica := (heapInUse() - heap0) / uint64(sz.replicas)
-				t.Logf("FIGURES start: balanced after %v; quiet ring: %.2f Lease writes/s (%d replicas / RetryPeriod %v = %.2f); 200 updates reconciled in %v (last after quiet start %v); %d runs; heap per replica %d KiB (informer of %d objects, queue, sharding state)",
-					settle, wps, sz.replicas, retryPeriod, float64(sz.replicas)/retryPeriod.Seconds(), took2, took, rg.tr.runs, perReplica>>10, objects)
+				t.Logf("FIGURES start: balanced after %v; quiet ring: %.2f Lease writes/s (%d replicas / RetryPeriod %v = %.2f), last renewals spread over %v; 200 updates reconciled in %v (last after quiet start %v); %d runs; heap per replica %d KiB (informer of %d objects, queue, sharding state)",
+					settle, wps, sz.replicas, retryPeriod, float64(sz.replicas)/retryPeriod.Seconds(), spread, took2, took, rg.tr.runs, perReplica>>10, objects)
 			})
 		})
 	}
+}
+
+// checkJitter checks the loop's period in a quiet ring started at once:
+// every replica renews between RetryPeriod and 1.1×RetryPeriod after its
+// previous renewal, and the replicas no longer renew in lockstep. It
+// returns the spread of their last renewals.
+func checkJitter(t *testing.T, rg *ring) time.Duration {
+	var first, last time.Time
+	for _, id := range rg.ids() {
+		at := rg.renewedAt(id)
+		for i := max(1, len(at)-10); i < len(at); i++ {
+			if d := at[i].Sub(at[i-1]); d < retryPeriod || d > maxPeriod {
+				t.Errorf("%s renewed %v after its previous renewal, want %v to %v", id, d, retryPeriod, maxPeriod)
+				break
+			}
+		}
+		if len(at) == 0 {
+			continue
+		}
+		if l := at[len(at)-1]; first.IsZero() || l.Before(first) {
+			first = l
+		}
+		if l := at[len(at)-1]; l.After(last) {
+			last = l
+		}
+	}
+	if len(rg.ids()) > 1 && !last.After(first) {
+		t.Errorf("replicas started together still renew at the same instant (%v)", last.Format("15:04:05.000"))
+	}
+	return last.Sub(first)
 }
 
 // forSizes runs f for each ring size in a synctest bubble.
@@ -136,7 +174,7 @@ func TestKill(t *testing.T) {
 			go rg.churn(2 * retryPeriod)
 			rg.stop(victim)
 			take := rg.waitCovered(leaseDuration + 3*retryPeriod)
-			if bound := leaseDuration + 2*retryPeriod; take > bound {
+			if bound := leaseDuration + 2*maxPeriod; take > bound {
 				t.Errorf("invariant 2: a killed replica's shards were taken over after %v, bound %v", take, bound)
 			}
 			takes = append(takes, take)
@@ -144,8 +182,8 @@ func TestKill(t *testing.T) {
 		}
 		took := rg.quiet()
 		rg.checkExclusive()
-		t.Logf("FIGURES kill: takeover %v (bound LeaseDuration+2×RetryPeriod = %v); quiet: all reconciled after %v",
-			takes, leaseDuration+2*retryPeriod, took)
+		t.Logf("FIGURES kill: takeover %v (bound LeaseDuration+2×1.1×RetryPeriod = %v); quiet: all reconciled after %v",
+			takes, leaseDuration+2*maxPeriod, took)
 	})
 }
 
@@ -257,4 +295,67 @@ func TestNoGoroutinePerShard(t *testing.T) {
 		t.Errorf("%d goroutines with 16 shards, %d with 1024", few, many)
 	}
 	t.Logf("FIGURES goroutines: %d with 16 shards, %d with 1024 (3 replicas, all goroutines of the process)", few, many)
+}
+
+// TestLostResponses makes a replica's Lease requests reach the store but
+// lose their responses (issue #14): its writes take effect, yet it never
+// learns that they did. With fakeleases.LoseAll every response is lost;
+// with LoseApplied only those of the writes that took effect, so the
+// replica still sees its conflicts and reads its Lease back, and its next
+// blind write lands too. Either way it must hold nothing once
+// RenewDeadline has passed since its last answered renewal, and the
+// others must take all its shards within LeaseDuration + 3 periods of the
+// fault (a period is at most 1.1×RetryPeriod with its jitter: its first
+// blind renewal may land a period after the fault, the others see it
+// within a period, and fence it within a period of LeaseDuration after
+// that) and keep them while the fault lasts; healed, it rejoins and the
+// ring balances again.
+func TestLostResponses(t *testing.T) {
+	for _, loss := range []struct {
+		name string
+		loss fakeleases.Loss
+	}{{"all", fakeleases.LoseAll}, {"applied", fakeleases.LoseApplied}} {
+		t.Run(loss.name, func(t *testing.T) {
+			forSizes(t, func(t *testing.T, n, s int) {
+				rg := newRing(t, s, objects)
+				defer rg.stopAll()
+				for range n {
+					rg.start(false)
+				}
+				rg.waitBalanced(leaseDuration)
+				victim := rg.ids()[1%n]
+				rg.leases.LoseResponses(victim, loss.loss)
+				go rg.churn(leaseDuration)
+				time.Sleep(renewDeadline + 50*time.Millisecond)
+				rg.mu.Lock()
+				held := rg.members[victim].r.Shards()
+				rg.mu.Unlock()
+				if len(held) > 0 {
+					t.Errorf("invariant 1: the replica that gets no answers still holds %v after RenewDeadline", held)
+				}
+				bound := leaseDuration + 3*maxPeriod
+				take := rg.waitTaken(victim, bound) + renewDeadline + 50*time.Millisecond
+				// The others keep the victim's share while the fault lasts.
+				var gap time.Duration
+				for range int(2 * leaseDuration / (100 * time.Millisecond)) {
+					time.Sleep(100 * time.Millisecond)
+					for _, ids := range rg.holders() {
+						if len(ids) != 1 || ids[0] == victim {
+							gap += 100 * time.Millisecond
+							break
+						}
+					}
+				}
+				if gap > 0 {
+					t.Errorf("invariant 2: during the fault, after the takeover, some shard had no single live holder for %v of %v", gap, 2*leaseDuration)
+				}
+				rg.leases.LoseResponses(victim, fakeleases.LoseNone)
+				rejoin := rg.waitBalanced(leaseDuration + 4*retryPeriod)
+				took := rg.quiet()
+				rg.checkExclusive()
+				t.Logf("FIGURES lost responses (%s): shards taken over %v after the fault (bound %v); healed replica balanced in after %v; quiet: all reconciled after %v",
+					loss.name, take, bound, rejoin, took)
+			})
+		})
+	}
 }

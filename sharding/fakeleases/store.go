@@ -26,6 +26,26 @@ import (
 // ErrCutOff is the error of a write by a replica that is cut off.
 var ErrCutOff = errors.New("fakeleases: cut off from the API server")
 
+// ErrResponseLost is the error of a request by a replica whose responses
+// are lost (see LoseResponses): the store served the request, and a write
+// may have taken effect, but the caller cannot know it.
+var ErrResponseLost = errors.New("fakeleases: response lost")
+
+// Loss says which responses of a replica are lost; see LoseResponses.
+type Loss int
+
+const (
+	// LoseNone answers every request.
+	LoseNone Loss = iota
+	// LoseApplied loses the response of every write that took effect;
+	// writes that fail (a Conflict, a NotFound) and reads are answered.
+	// This is a server that applies writes but answers them after the
+	// client has given up, while it answers failures and reads at once.
+	LoseApplied
+	// LoseAll loses every response, reads and failed writes included.
+	LoseAll
+)
+
 var leaseResource = coordinationv1.Resource("leases")
 
 // Store holds Leases for any number of clientsets. The zero Store is not
@@ -36,6 +56,7 @@ type Store struct {
 	leases  map[types.NamespacedName]*coordinationv1.Lease
 	writes  map[string]int64 // by identity, every write request
 	cut     map[string]bool
+	lossy   map[string]Loss // LoseResponses
 	onWrite func(identity string, verb string, lease *coordinationv1.Lease, err error)
 }
 
@@ -45,6 +66,7 @@ func New() *Store {
 		leases: make(map[types.NamespacedName]*coordinationv1.Lease),
 		writes: make(map[string]int64),
 		cut:    make(map[string]bool),
+		lossy:  make(map[string]Loss),
 	}
 }
 
@@ -57,6 +79,14 @@ func (s *Store) Clientset(identity string, objs ...runtime.Object) *fake.Clients
 	cs := fake.NewSimpleClientset(objs...) //nolint:staticcheck // see above
 	cs.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		obj, err := s.serve(identity, a)
+		switch s.loss(identity) {
+		case LoseAll:
+			return true, nil, ErrResponseLost
+		case LoseApplied:
+			if err == nil && a.GetVerb() != "get" && a.GetVerb() != "list" {
+				return true, nil, ErrResponseLost
+			}
+		}
 		return true, obj, err
 	})
 	return cs
@@ -68,6 +98,23 @@ func (s *Store) CutOff(identity string, cut bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cut[identity] = cut
+}
+
+// LoseResponses makes the Lease requests of identity be served as usual
+// (a write takes effect, or fails on its preconditions) and then, for the
+// responses that loss selects, fail with ErrResponseLost instead of being
+// answered: the replica's requests reach the API server but it never
+// learns what became of them. LoseNone answers them all again.
+func (s *Store) LoseResponses(identity string, loss Loss) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lossy[identity] = loss
+}
+
+func (s *Store) loss(identity string) Loss {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lossy[identity]
 }
 
 // Writes returns the number of write requests (create, update, delete)

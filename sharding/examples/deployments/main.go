@@ -208,7 +208,7 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 	}
 	res.Takeover = time.Since(killed)
 	res.After = holding()
-	fmt.Fprintf(w, "%s's shards taken over %v after the kill (LeaseDuration %v + at most 2 × RetryPeriod %v)\n",
+	fmt.Fprintf(w, "%s's shards taken over %v after the kill (LeaseDuration %v + at most 2 periods of RetryPeriod %v + 10%%)\n",
 		victim, res.Takeover.Round(100*time.Millisecond), timing.LeaseDuration, timing.RetryPeriod)
 	printHolding(w, res.After)
 	if err := waitFor(ctx, func() bool { return converged(ctx, objs, 2) }); err != nil {
