@@ -78,21 +78,28 @@ var ModeQueues = []string{"ours", "client-go", "floor"}
 // -test.benchtime), sampling its mutex every 100µs.
 func ModeRound(queue string, mult int) ModeResult {
 	checkLayout()
-	var q typedQueue[int]
-	var mu *sync.Mutex
-	switch queue {
-	case "ours":
-		oq := workqueue.New[int]()
-		q, mu = oq, ourMutex(oq)
-	case "client-go":
-		cq := clientworkqueue.NewTyped[int]()
-		q, mu = cq, clientGoMutex[int](cq)
-	case "floor":
-		fq := newFloorCond[int]()
-		q, mu = fq, &fq.mu
-	default:
+	// testing.Benchmark calls run several times, and the worker pool
+	// shuts its queue down: each call gets a new queue, and the sampler
+	// follows it.
+	var current atomic.Pointer[sync.Mutex]
+	newQueue := func() typedQueue[int] {
+		switch queue {
+		case "ours":
+			q := workqueue.New[int]()
+			current.Store(ourMutex(q))
+			return q
+		case "client-go":
+			q := clientworkqueue.NewTyped[int]()
+			current.Store(clientGoMutex[int](q))
+			return q
+		case "floor":
+			q := newFloorCond[int]()
+			current.Store(&q.mu)
+			return q
+		}
 		panic(fmt.Sprintf("bench: no queue %q", queue))
 	}
+	newQueue() // fails early on a bad name
 	var samples, starving atomic.Int64
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
@@ -105,7 +112,7 @@ func ModeRound(queue string, mult int) ModeResult {
 				return
 			case <-t.C:
 				samples.Add(1)
-				if mutexState(mu)&mutexStarving != 0 {
+				if mutexState(current.Load())&mutexStarving != 0 {
 					starving.Add(1)
 				}
 			}
@@ -113,9 +120,9 @@ func ModeRound(queue string, mult int) ModeResult {
 	})
 	run := func(b *testing.B) {
 		if mult > 0 {
-			distinct(b, q, intKeys(), mult)
+			distinct(b, newQueue(), intKeys(), mult)
 		} else {
-			workerPool(b, q, intKeys(), 2, 32)
+			workerPool(b, newQueue(), intKeys(), 2, 32)
 		}
 	}
 	r := testing.Benchmark(run)
