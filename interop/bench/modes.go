@@ -75,8 +75,10 @@ var ModeQueues = []string{"ours", "client-go", "floor"}
 
 // ModeRound runs distinct-x8-int (mult = 8) or the 2x32 worker pool (mult
 // = 0) once on the named queue with testing.Benchmark (so for
-// -test.benchtime), sampling its mutex every 100µs.
-func ModeRound(queue string, mult int) ModeResult {
+// -test.benchtime), sampling its mutex every so often (never if every is
+// 0). The sampler is a goroutine woken by a ticker: on 2 cores its
+// wake-ups perturb the workload, so compare with a run without it.
+func ModeRound(queue string, mult int, every time.Duration) ModeResult {
 	checkLayout()
 	// testing.Benchmark calls run several times, and the worker pool
 	// shuts its queue down: each call gets a new queue, and the sampler
@@ -104,7 +106,10 @@ func ModeRound(queue string, mult int) ModeResult {
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
 	sampler.Go(func() {
-		t := time.NewTicker(100 * time.Microsecond)
+		if every <= 0 {
+			return // no sampling: the ns/op without the probe
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {

@@ -2,7 +2,7 @@
 // it runs distinct-x8-int and the 2x32 worker pool on our queue,
 // client-go's and the plain floor, interleaved, and prints each round's
 // ns/op beside the share of time the queue's mutex spent in starvation
-// mode (sampled every 100µs). See bench/modes.go.
+// mode (sampled every -every). See bench/modes.go.
 //
 //	go run ./cmd/modes -rounds 9
 package main
@@ -29,6 +29,7 @@ func main() {
 	}
 	rounds := fs.Int("rounds", 7, "interleaved rounds")
 	benchtime := fs.Duration("benchtime", 300*time.Millisecond, "time per run")
+	every := fs.Duration("every", time.Millisecond, "how often the sampler reads the mutex (0: never, for ns/op without the probe)")
 	_ = fs.Parse(os.Args[1:])
 	if err := flag.Set("test.benchtime", benchtime.String()); err != nil {
 		fmt.Fprintln(os.Stderr, "modes:", err)
@@ -46,7 +47,7 @@ func main() {
 				slices.Reverse(order)
 			}
 			for _, q := range order {
-				res := bench.ModeRound(q, w.mult)
+				res := bench.ModeRound(q, w.mult, *every)
 				byQueue[q] = append(byQueue[q], res)
 				fmt.Printf("%-6d %-10s %10.1f %9.1f%%\n", r+1, q, res.NsPerOp, 100*res.Starving)
 			}
