@@ -28,6 +28,10 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 	added := false
 	if d <= 0 {
 		added = q.markDirty(item, prio)
+	} else if !q.full && q.store == nil && prio == 0 {
+		now := q.now()
+		q.addAfterOrdered(item, deadlineAt(now, d))
+		q.arm(now)
 	} else {
 		q.toFull()
 		now := q.now()
@@ -60,6 +64,43 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 		if added {
 			q.metrics.Added()
 		}
+	}
+}
+
+// deadlineAt returns now + d, or the far future if that overflows.
+func deadlineAt(now int64, d time.Duration) int64 {
+	if when := now + int64(d); when >= now {
+		return when
+	}
+	return 1<<63 - 1 // d so large it overflows: never, in practice
+}
+
+// addAfterOrdered is AddAfter at priority 0 on a plain queue's ordered
+// table, following the AddAfter column of the state table as the full
+// table does: a key due now stays so, a waiting key keeps the earlier
+// deadline, and an absent or only-processing key starts waiting. q.mu must
+// be held.
+func (q *Queue[T]) addAfterOrdered(item T, when int64) {
+	t := &q.tab
+	t.enableDelays()
+	h, slot, pos := t.find(item)
+	switch {
+	case pos >= 0 && t.flags[pos]&fDirty != 0:
+		// Due now already, which is earlier.
+	case pos >= 0 && t.flags[pos]&fWaiting != 0:
+		if when < t.when[pos] {
+			t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
+			q.delay.stale++
+		}
+		q.sweepDelay()
+	default:
+		if pos >= 0 {
+			t.flags[pos] |= fWaiting // processing, with no pending run
+		} else {
+			pos = t.insertAs(item, h, slot, fWaiting)
+		}
+		t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
+		q.waiting++
 	}
 }
 
@@ -143,6 +184,16 @@ func (q *Queue[T]) fire() {
 	added := 0
 	for q.waiting > 0 && ds.peek().when <= now {
 		e := ds.pop()
+		if !q.full && q.store == nil {
+			slot, pos := q.tab.liveWait(e)
+			if pos < 0 {
+				ds.stale-- // the key was made ready, or moved earlier
+				continue
+			}
+			q.makeReadyOrdered(slot, pos)
+			added++
+			continue
+		}
 		st, ok := q.keys.m[e.item]
 		if !liveIn(e, st, ok) {
 			ds.stale-- // the key was made ready, or moved earlier

@@ -372,7 +372,7 @@ func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 func (q *Queue[T]) soonest(part []KeyInfo[T]) []KeyInfo[T] {
 	found := 0
 	q.delay.inOrder.each(func(e deadline[T]) bool {
-		if st, ok := q.keys.m[e.item]; liveIn(e, st, ok) && st.flags&fProcessing == 0 {
+		if st, ok := q.waitingEntry(e); ok && st.flags&fProcessing == 0 {
 			part = keep(part, e.item, st, e.when, e.seq)
 			found++
 		}
@@ -386,7 +386,7 @@ func (q *Queue[T]) soonest(part []KeyInfo[T]) []KeyInfo[T] {
 				continue // e, and all below it, come after every key kept
 			}
 			sooner = true
-			if st, ok := q.keys.m[e.item]; liveIn(e, st, ok) && st.flags&fProcessing == 0 {
+			if st, ok := q.waitingEntry(e); ok && st.flags&fProcessing == 0 {
 				part = keep(part, e.item, st, e.when, e.seq)
 			}
 		}

@@ -57,9 +57,20 @@ type orderedTable[T comparable] struct {
 	at    []int64  // timed only: dirty time of a ready key, start of a run
 	gen   []uint16 // timed only: generation of a processing key's run
 	timed bool
+	when  []int64  // delayed only: a waiting key's deadline
+	wseq  []uint64 // delayed only: the seq of its live delay entry
+	// delayed is set by the first AddAfter: from then on the table keeps
+	// deadlines, and waiting keys have entries anywhere in the log (Get
+	// passes over them; the timer moves them to the tail when they
+	// become ready).
+	delayed bool
 
 	head  int // first entry that may be ready
 	tail  int // next entry to append
+	// readyEnd is one past the last entry made ready: every ready entry
+	// lies before it, so a waiting entry at or after both head and
+	// readyEnd can become ready where it is without breaking FIFO order.
+	readyEnd int
 	live  int // keys in the table: live entries, and occupied index slots
 	ready int // live entries at or after head
 
@@ -99,6 +110,11 @@ func (t *orderedTable[T]) find(item T) (h uint32, slot, pos int) {
 // insert appends item, which is absent, as a ready key, and returns its
 // position. h and slot are what find returned for it.
 func (t *orderedTable[T]) insert(item T, h uint32, slot int) int {
+	return t.insertAs(item, h, slot, fDirty)
+}
+
+// insertAs is insert with the entry's flags: fDirty (ready) or fWaiting.
+func (t *orderedTable[T]) insertAs(item T, h uint32, slot int, f uint8) int {
 	if t.tail == len(t.keys) {
 		t.makeRoom()
 		slot = -1 // the index was rebuilt
@@ -109,10 +125,13 @@ func (t *orderedTable[T]) insert(item T, h uint32, slot int) int {
 	}
 	p := t.tail
 	t.tail++
-	t.keys[p], t.flags[p] = item, fDirty
+	t.keys[p], t.flags[p] = item, f
 	t.index[slot] = uint64(h)<<32 | uint64(p+1)
 	t.live++
-	t.ready++
+	if f == fDirty {
+		t.ready++
+		t.readyEnd = p + 1
+	}
 	t.burst = max(t.burst, t.live)
 	return p
 }
@@ -130,8 +149,8 @@ func (t *orderedTable[T]) emptySlot(h uint32) int {
 // take hands out the oldest ready key, marks it processing and returns it
 // and its position. ready > 0.
 func (t *orderedTable[T]) take() (T, int) {
-	for t.flags[t.head] == 0 {
-		t.head++ // left by Remove
+	for t.flags[t.head] != fDirty {
+		t.head++ // dead (left by Remove), or waiting for a deadline
 	}
 	p := t.head
 	t.head++
@@ -140,9 +159,9 @@ func (t *orderedTable[T]) take() (T, int) {
 	return t.keys[p], p
 }
 
-// requeue makes the processing key at pos (in slot) ready again, at the
-// tail, and returns its new position: Done of a key added again while it
-// was processing.
+// requeue makes the key at pos (in slot) ready, at the tail, and returns
+// its new position: Done of a key added again while it was processing, or
+// a waiting key whose run became due.
 func (t *orderedTable[T]) requeue(slot, pos int) int {
 	item := t.keys[pos]
 	if t.tail < len(t.keys) {
@@ -154,21 +173,36 @@ func (t *orderedTable[T]) requeue(slot, pos int) int {
 		t.keys[p], t.flags[p] = item, fDirty
 		t.index[slot] = t.index[slot]&^(1<<32-1) | uint64(p+1)
 		t.ready++
+		t.readyEnd = p + 1
 		return p
 	}
 	t.kill(slot, pos)
 	return t.insert(item, 0, -1)
 }
 
+// promote makes the waiting key at pos (in slot) ready, and returns its
+// position: where it is if no ready entry comes after it (deadlines that
+// pass in the order their AddAfter came, the usual case, then move
+// nothing), else at the tail.
+func (t *orderedTable[T]) promote(slot, pos int) int {
+	if pos >= t.head && pos >= t.readyEnd {
+		t.flags[pos] = fDirty
+		t.ready++
+		t.readyEnd = pos + 1
+		return pos
+	}
+	return t.requeue(slot, pos)
+}
+
 // remove takes the key at pos (in slot) out of the table.
 func (t *orderedTable[T]) remove(slot, pos int) {
-	if t.flags[pos]&fProcessing == 0 {
+	if t.flags[pos] == fDirty {
 		t.ready--
 	}
 	t.kill(slot, pos)
 	if t.live == 0 {
 		// Every entry is dead and zeroed: start the log over.
-		t.head, t.tail = 0, 0
+		t.head, t.tail, t.readyEnd = 0, 0, 0
 		t.prev, t.burst = t.burst, 0
 	}
 	if n := len(t.keys); n > minLog && t.live < n/8 && !t.recurring() {
@@ -242,6 +276,12 @@ func (t *orderedTable[T]) grow() {
 		copy(gen, t.gen[:t.tail])
 		t.at, t.gen = at, gen
 	}
+	if t.delayed {
+		when, wseq := make([]int64, n), make([]uint64, n)
+		copy(when, t.when[:t.tail])
+		copy(wseq, t.wseq[:t.tail])
+		t.when, t.wseq = when, wseq
+	}
 	index := make([]uint64, 2*n)
 	mask := len(index) - 1
 	for _, e := range t.index {
@@ -260,7 +300,7 @@ func (t *orderedTable[T]) grow() {
 // rebuilds the index in place: no allocation, so a steady queue whose log
 // fills with dead entries does not allocate.
 func (t *orderedTable[T]) compact() {
-	t.moveLive(t.keys, t.flags, t.at, t.gen)
+	t.moveLive(t.keys, t.flags, t.at, t.gen, t.when, t.wseq)
 	clear(t.keys[t.tail:])
 	clear(t.flags[t.tail:])
 	clear(t.index)
@@ -277,35 +317,47 @@ func (t *orderedTable[T]) resize(n int) {
 		n = 0 // empty, and not kept for a burst: hold nothing
 	}
 	if n == 0 {
-		t.keys, t.flags, t.at, t.gen, t.index = nil, nil, nil, nil, nil
-		t.head, t.tail = 0, 0
+		t.keys, t.flags, t.at, t.gen, t.when, t.wseq, t.index = nil, nil, nil, nil, nil, nil, nil
+		t.head, t.tail, t.readyEnd = 0, 0, 0
 		return
 	}
 	keys := make([]T, n)
 	flags := make([]uint8, n)
-	var at []int64
+	var at, when []int64
 	var gen []uint16
+	var wseq []uint64
 	if t.timed {
 		at, gen = make([]int64, n), make([]uint16, n)
 	}
-	t.moveLive(keys, flags, at, gen)
-	t.keys, t.flags, t.at, t.gen, t.index = keys, flags, at, gen, make([]uint64, 2*n)
+	if t.delayed {
+		when, wseq = make([]int64, n), make([]uint64, n)
+	}
+	t.moveLive(keys, flags, at, gen, when, wseq)
+	t.keys, t.flags, t.at, t.gen, t.when, t.wseq = keys, flags, at, gen, when, wseq
+	t.index = make([]uint64, 2*n)
 	t.reindex()
 }
 
 // moveLive copies the live entries of the log, in order, to the front of
-// keys, flags, at and gen (which may be the log itself; at and gen are nil
-// unless the table is timed), and sets head and tail for them.
-func (t *orderedTable[T]) moveLive(keys []T, flags []uint8, at []int64, gen []uint16) {
-	n, head := 0, 0
+// keys, flags, at, gen, when and wseq (which may be the log itself; at and
+// gen are nil unless the table is timed, when and wseq unless it is
+// delayed), and sets head and tail for them.
+func (t *orderedTable[T]) moveLive(keys []T, flags []uint8, at []int64, gen []uint16, when []int64, wseq []uint64) {
+	n, head, readyEnd := 0, 0, 0
 	for p := range t.tail {
 		if p == t.head {
 			head = n
 		}
 		if t.flags[p] != 0 {
+			if t.flags[p] == fDirty {
+				readyEnd = n + 1
+			}
 			keys[n], flags[n] = t.keys[p], t.flags[p]
 			if t.timed {
 				at[n], gen[n] = t.at[p], t.gen[p]
+			}
+			if t.delayed {
+				when[n], wseq[n] = t.when[p], t.wseq[p]
 			}
 			n++
 		}
@@ -313,7 +365,7 @@ func (t *orderedTable[T]) moveLive(keys []T, flags []uint8, at []int64, gen []ui
 	if t.head >= t.tail {
 		head = n
 	}
-	t.head, t.tail = head, n
+	t.head, t.tail, t.readyEnd = head, n, readyEnd
 }
 
 // reindex places every live entry in an empty index, hashing its key.
@@ -339,7 +391,7 @@ func (t *orderedTable[T]) each(yield func(p int) bool) {
 // until it returns false.
 func (t *orderedTable[T]) eachReady(yield func(T) bool) {
 	for p := t.head; p < t.tail; p++ {
-		if t.flags[p] != 0 && !yield(t.keys[p]) {
+		if t.flags[p] == fDirty && !yield(t.keys[p]) {
 			return
 		}
 	}
@@ -351,7 +403,31 @@ func (t *orderedTable[T]) entry(p int) keyState {
 	if t.timed {
 		st.at, st.gen = t.at[p], t.gen[p]
 	}
+	if t.delayed {
+		st.when, st.wseq = t.when[p], t.wseq[p]
+	}
 	return st
+}
+
+// enableDelays makes the table keep deadlines, from now on.
+func (t *orderedTable[T]) enableDelays() {
+	if t.delayed {
+		return
+	}
+	t.delayed = true
+	if n := len(t.keys); n > 0 {
+		t.when, t.wseq = make([]int64, n), make([]uint64, n)
+	}
+}
+
+// liveWait returns the position of item if e is its live delay entry: the
+// key waits, for that entry. slot is where the index holds it.
+func (t *orderedTable[T]) liveWait(e deadline[T]) (slot, pos int) {
+	_, slot, pos = t.find(e.item)
+	if pos < 0 || t.flags[pos]&fWaiting == 0 || t.wseq[pos] != e.seq {
+		return slot, -1
+	}
+	return slot, pos
 }
 
 // ceilPow2 returns the least power of two >= n, for n >= 1.

@@ -10,16 +10,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// checkOrdered verifies every structural invariant of t against the keys
-// the model says are processing (proc) and ready, in FIFO order (ready):
-// each live key is found at its entry, the index holds exactly the live
-// entries, dead entries are zeroed (so the log keeps no key alive), the
-// processing entries lie before head and the ready ones from head on, in
-// order.
-func checkOrdered(t *testing.T, tab *orderedTable[string], proc map[string]uint8, ready []string) {
+// tableModel is what an ordered table must hold: the processing keys and
+// their flags (fProcessing, maybe with fDirty or fWaiting), the ready keys
+// in FIFO order, and the keys that only wait for a deadline.
+type tableModel struct {
+	proc  map[string]uint8
+	ready []string
+	waits map[string]bool
+}
+
+func newTableModel() *tableModel {
+	return &tableModel{proc: map[string]uint8{}, waits: map[string]bool{}}
+}
+
+// checkOrdered verifies every structural invariant of tab against m: each
+// live key is found at its entry, the index holds exactly the live entries,
+// dead entries are zeroed (so the log keeps no key alive), processing
+// entries lie before head and ready ones from head on, in order, waiting
+// ones anywhere, and the times and deadlines of a timed or delayed table
+// moved with their keys.
+func checkOrdered(t *testing.T, tab *orderedTable[string], m *tableModel) {
 	t.Helper()
-	require.Equal(t, len(proc)+len(ready), tab.live, "live")
-	require.Equal(t, len(ready), tab.ready, "ready")
+	require.Equal(t, len(m.proc)+len(m.ready)+len(m.waits), tab.live, "live")
+	require.Equal(t, len(m.ready), tab.ready, "ready")
 	occupied := 0
 	for _, e := range tab.index {
 		if e != 0 {
@@ -39,6 +52,10 @@ func checkOrdered(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 		require.Len(t, tab.at, len(tab.keys))
 		require.Len(t, tab.gen, len(tab.keys))
 	}
+	if tab.delayed {
+		require.Len(t, tab.when, len(tab.keys))
+		require.Len(t, tab.wseq, len(tab.keys))
+	}
 	var gotReady []string
 	for p := range len(tab.keys) {
 		f := tab.flags[p]
@@ -50,35 +67,47 @@ func checkOrdered(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 		k := tab.keys[p]
 		_, _, pos := tab.find(k)
 		require.Equal(t, p, pos, "key %v is not found at its entry", k)
-		if p < tab.head {
-			require.Equal(t, proc[k], f, "processing key %v has the wrong flags", k)
+		if f&fWaiting != 0 {
+			require.Equal(t, stamp(k)+2, tab.when[p], "waiting key %v has lost its deadline", k)
+			require.Equal(t, uint64(stamp(k)+3), tab.wseq[p], "waiting key %v has lost its delay entry", k)
+		}
+		switch {
+		case f == fWaiting:
+			require.True(t, m.waits[k], "key %v waits in the table only", k)
+		case p < tab.head:
+			require.Equal(t, m.proc[k], f, "processing key %v has the wrong flags", k)
 			if tab.timed {
 				require.Equal(t, stamp(k)+1, tab.at[p], "processing key %v has lost its run start", k)
 				require.Equal(t, uint16(stamp(k)), tab.gen[p], "processing key %v has lost its run's generation", k)
 			}
-		} else {
+		default:
+			require.Equal(t, fDirty, f, "key %v after head", k)
 			if tab.timed {
 				require.Equal(t, stamp(k), tab.at[p], "ready key %v has lost its dirty time", k)
 			}
-			require.Equal(t, fDirty, f, "ready key %v", k)
 			gotReady = append(gotReady, k)
 		}
 	}
-	if len(ready)+len(gotReady) > 0 {
-		require.Equal(t, ready, gotReady, "ready keys in FIFO order")
+	if len(m.ready)+len(gotReady) > 0 {
+		require.Equal(t, m.ready, gotReady, "ready keys in FIFO order")
 	}
-	for k := range proc {
+	for k := range m.proc {
 		_, _, pos := tab.find(k)
 		require.GreaterOrEqual(t, pos, 0, "processing key %v is lost", k)
 	}
 }
 
-// orderedModel applies one operation to the table and to a model of it
-// (proc: the processing keys and their flags; ready: the ready keys in
-// FIFO order): op 0 adds k, 1 takes the oldest ready key, 2 finishes a
-// processing key (Done: it dies, or moves to the tail if added again), 3
-// removes k if it is ready.
-func orderedModel(t *testing.T, tab *orderedTable[string], proc map[string]uint8, ready *[]string, op int, k string) {
+// orderedOps is how many operations orderedModel knows.
+const orderedOps = 6
+
+// orderedModel applies one operation to the table and to m, as the queue
+// makes them: 0 adds k, 1 takes the oldest ready key, 2 finishes a
+// processing key (Done: it dies, moves to the tail if added again, or
+// keeps waiting), 3 removes k if it is ready or only waiting, 4 gives k a
+// deadline (AddAfter: an absent key's entry is appended as waiting, a
+// processing one is marked), 5 makes a waiting key due (its deadline
+// passed: it moves to the tail, or a processing one becomes dirty).
+func orderedModel(t *testing.T, tab *orderedTable[string], m *tableModel, op int, k string) {
 	t.Helper()
 	switch op {
 	case 0:
@@ -88,10 +117,13 @@ func orderedModel(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 			if p := tab.insert(k, h, slot); tab.timed {
 				tab.at[p] = stamp(k)
 			}
-			*ready = append(*ready, k)
-		case tab.flags[pos]&fDirty == 0:
+			m.ready = append(m.ready, k)
+		case tab.flags[pos]&fDirty != 0:
+		case tab.flags[pos]&fWaiting != 0:
+			orderedModel(t, tab, m, 5, k)
+		default:
 			tab.flags[pos] |= fDirty
-			proc[k] |= fDirty
+			m.proc[k] |= fDirty
 		}
 	case 1:
 		if tab.ready == 0 {
@@ -101,37 +133,77 @@ func orderedModel(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 		if tab.timed {
 			tab.at[p], tab.gen[p] = stamp(got)+1, uint16(stamp(got))
 		}
-		require.Equal(t, (*ready)[0], got, "take is FIFO")
-		*ready = (*ready)[1:]
-		proc[got] = fProcessing
+		require.Equal(t, m.ready[0], got, "take is FIFO")
+		m.ready = m.ready[1:]
+		m.proc[got] = fProcessing
 	case 2:
-		pk, ok := proc[k]
+		pk, ok := m.proc[k]
 		if !ok {
-			for pk := range proc {
+			for pk := range m.proc {
 				k = pk // the map's order picks one
 				break
 			}
-			if pk, ok = proc[k]; !ok {
+			if pk, ok = m.proc[k]; !ok {
 				return
 			}
 		}
 		_, slot, pos := tab.find(k)
 		require.GreaterOrEqual(t, pos, 0)
-		if pk&fDirty != 0 {
+		switch {
+		case pk&fDirty != 0:
 			if p := tab.requeue(slot, pos); tab.timed {
 				tab.at[p] = stamp(k)
 			}
-			*ready = append(*ready, k)
-		} else {
+			m.ready = append(m.ready, k)
+		case pk&fWaiting != 0:
+			tab.flags[pos] = fWaiting
+			m.waits[k] = true
+		default:
 			tab.remove(slot, pos)
 		}
-		delete(proc, k)
+		delete(m.proc, k)
 	case 3:
 		_, slot, pos := tab.find(k)
-		if pos >= 0 && tab.flags[pos] == fDirty {
+		if pos >= 0 && (tab.flags[pos] == fDirty || tab.flags[pos] == fWaiting) {
 			tab.remove(slot, pos)
-			*ready = slices.DeleteFunc(*ready, func(r string) bool { return r == k })
+			m.ready = slices.DeleteFunc(m.ready, func(r string) bool { return r == k })
+			delete(m.waits, k)
 		}
+	case 4:
+		tab.enableDelays()
+		h, slot, pos := tab.find(k)
+		switch {
+		case pos < 0:
+			pos = tab.insertAs(k, h, slot, fWaiting)
+			m.waits[k] = true
+		case tab.flags[pos] == fProcessing:
+			tab.flags[pos] |= fWaiting
+			m.proc[k] |= fWaiting
+		default:
+			return // due already, or waiting: nothing changes here
+		}
+		tab.when[pos], tab.wseq[pos] = stamp(k)+2, uint64(stamp(k)+3)
+	case 5:
+		if !m.waits[k] && m.proc[k]&fWaiting == 0 {
+			for wk := range m.waits {
+				k = wk
+				break
+			}
+		}
+		_, slot, pos := tab.find(k)
+		if pos < 0 || tab.flags[pos]&fWaiting == 0 {
+			return
+		}
+		if tab.flags[pos]&fProcessing != 0 {
+			tab.flags[pos] = fProcessing | fDirty
+			m.proc[k] = fProcessing | fDirty
+			return
+		}
+		if p := tab.promote(slot, pos); tab.timed {
+			tab.at[p] = stamp(k)
+		}
+		delete(m.waits, k)
+		m.ready = append(m.ready, k)
 	}
 }
 
@@ -139,16 +211,17 @@ func orderedModel(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 // compaction that moved a key without its time is caught.
 func stamp(k string) int64 { return int64(len(k))<<8 | int64(k[len(k)-1]) }
 
-// drainOrdered takes and finishes every key, and checks that the empty
-// table keeps no more than the smallest log unless it keeps room for a
-// recurring burst.
-func drainOrdered(t *testing.T, tab *orderedTable[string], proc map[string]uint8, ready *[]string) {
+// drainOrdered fires, takes and finishes every key, and checks that the
+// empty table keeps no more than the smallest log unless it keeps room for
+// a recurring burst.
+func drainOrdered(t *testing.T, tab *orderedTable[string], m *tableModel) {
 	t.Helper()
-	for tab.ready > 0 || len(proc) > 0 {
-		orderedModel(t, tab, proc, ready, 1, "")
-		orderedModel(t, tab, proc, ready, 2, "")
+	for tab.ready > 0 || len(m.proc) > 0 || len(m.waits) > 0 {
+		orderedModel(t, tab, m, 5, "")
+		orderedModel(t, tab, m, 1, "")
+		orderedModel(t, tab, m, 2, "")
 	}
-	checkOrdered(t, tab, proc, *ready)
+	checkOrdered(t, tab, m)
 	require.Zero(t, tab.tail)
 	if !tab.recurring() {
 		require.LessOrEqual(t, len(tab.keys), minLog, "an empty table that keeps no burst holds at most the smallest log")
@@ -156,57 +229,60 @@ func drainOrdered(t *testing.T, tab *orderedTable[string], proc map[string]uint8
 }
 
 // TestOrderedTableModel drives the table with random operations (the ones
-// the queue makes: add, take, done, remove) over small and large key
-// spaces, so that probe runs collide, the log compacts, grows and shrinks,
-// and checks it against the model.
+// the queue makes) over small and large key spaces, so that probe runs
+// collide, the log compacts, grows and shrinks, and checks it against the
+// model.
 func TestOrderedTableModel(t *testing.T) {
 	for _, tc := range []struct {
-		space int
-		timed bool
-	}{{3, false}, {40, false}, {3000, false}, {40, true}, {3000, true}} {
+		space          int
+		timed, delayed bool
+	}{{3, false, false}, {40, false, false}, {3000, false, false}, {40, true, false}, {3000, true, false}, {40, true, true}, {3000, false, true}} {
 		space := tc.space
-		t.Run(fmt.Sprintf("keys=%d/timed=%v", space, tc.timed), func(t *testing.T) {
+		t.Run(fmt.Sprintf("keys=%d/timed=%v/delayed=%v", space, tc.timed, tc.delayed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(space), 7))
 			tab := orderedTable[string]{timed: tc.timed}
-			proc := map[string]uint8{}
-			var ready []string
+			m := newTableModel()
 			steps := 20000
 			for step := range steps {
 				// Phases: fill, mixed, drain, so that the table
 				// grows, churns and shrinks.
-				weights := [][4]int{{70, 15, 10, 5}, {40, 25, 25, 10}, {10, 40, 40, 10}}[step*3/steps]
+				weights := [][orderedOps]int{{60, 15, 10, 5, 5, 5}, {35, 25, 20, 10, 5, 5}, {10, 35, 35, 10, 0, 10}}[step*3/steps]
+				if !tc.delayed {
+					weights[0] += weights[4] + weights[5]
+					weights[4], weights[5] = 0, 0
+				}
 				op, r := 0, rng.IntN(100)
 				for r >= weights[op] {
 					r -= weights[op]
 					op++
 				}
-				orderedModel(t, &tab, proc, &ready, op, "ns/"+strconv.Itoa(rng.IntN(space)))
+				orderedModel(t, &tab, m, op, "ns/"+strconv.Itoa(rng.IntN(space)))
 				if space < 100 || step%499 == 0 {
-					checkOrdered(t, &tab, proc, ready)
+					checkOrdered(t, &tab, m)
 				}
 			}
-			drainOrdered(t, &tab, proc, &ready)
+			drainOrdered(t, &tab, m)
 		})
 	}
 }
 
 // FuzzOrderedTable is TestOrderedTableModel driven by the fuzzer: each
-// byte is an operation (low 2 bits) on one of 64 keys (high 6 bits), and
-// the table is checked after every one.
+// byte is an operation (low 3 bits, modulo orderedOps) on one of 32 keys
+// (high 5 bits), and the table is checked after every one.
 func FuzzOrderedTable(f *testing.F) {
-	f.Add([]byte{0, 4, 8, 1, 1, 2, 2})
+	f.Add([]byte{0, 8, 16, 1, 1, 2, 2})
 	f.Add([]byte{0, 1, 0, 2, 1, 2, 3})
+	f.Add([]byte{4, 12, 5, 1, 0, 1, 4, 2, 5, 1, 2})
 	f.Add([]byte("the quick brown fox jumps over the lazy dog, 0123456789 times"))
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		// The first byte chooses a plain or a timed table.
 		tab := orderedTable[string]{timed: len(ops) > 0 && ops[0]&1 == 1}
-		proc := map[string]uint8{}
-		var ready []string
+		m := newTableModel()
 		for _, b := range ops {
-			orderedModel(t, &tab, proc, &ready, int(b&3), "k"+strconv.Itoa(int(b>>2)))
-			checkOrdered(t, &tab, proc, ready)
+			orderedModel(t, &tab, m, int(b&7)%orderedOps, "k"+strconv.Itoa(int(b>>3)))
+			checkOrdered(t, &tab, m)
 		}
-		drainOrdered(t, &tab, proc, &ready)
+		drainOrdered(t, &tab, m)
 	})
 }
 

@@ -295,6 +295,13 @@ func (q *Queue[T]) addOrdered(item T) bool {
 		}
 	case q.tab.flags[pos]&fDirty != 0:
 		return false
+	case q.tab.flags[pos]&fWaiting != 0:
+		// The run due now replaces the one at the deadline, whose
+		// delay entry stays behind, stale.
+		q.delay.stale++
+		q.makeReadyOrdered(slot, pos)
+		q.sweepDelay()
+		return true
 	default: // processing: due again at Done
 		q.tab.flags[pos] |= fDirty
 		q.dirty++
@@ -306,6 +313,29 @@ func (q *Queue[T]) addOrdered(item T) bool {
 	q.dirty++
 	q.wake()
 	return true
+}
+
+// makeReadyOrdered makes the waiting key at pos (in slot) of the ordered table
+// due now: a key that is only waiting moves to the tail, ready; a
+// processing one becomes processing+dirty. The caller accounts for its
+// delay entry. q.mu must be held.
+func (q *Queue[T]) makeReadyOrdered(slot, pos int) {
+	t := &q.tab
+	t.flags[pos] &^= fWaiting
+	q.waiting--
+	q.dirty++
+	if t.flags[pos]&fProcessing != 0 {
+		t.flags[pos] |= fDirty
+		if t.timed {
+			q.procs.dirtied(t.keys[pos], q.now()) // at[pos] is the run's start
+		}
+		return
+	}
+	p := t.promote(slot, pos)
+	if t.timed {
+		t.at[p] = q.now() // queue latency counts from here
+	}
+	q.wake()
 }
 
 // toFull moves the key table from lean to keys, the first time a key needs
@@ -323,10 +353,7 @@ func (q *Queue[T]) toFull() {
 			q.keys.m = make(map[T]keyState, q.tab.live)
 			t := &q.tab
 			t.each(func(p int) bool {
-				k, st := t.keys[p], keyState{flags: t.flags[p]}
-				if t.timed {
-					st.at, st.gen = t.at[p], t.gen[p]
-				}
+				k, st := t.keys[p], t.entry(p)
 				q.keys.m[k] = st
 				if st.flags == fDirty {
 					q.fifo.Push(k)
@@ -496,8 +523,21 @@ func (q *Queue[T]) sweepDelay() {
 // isLive reports whether e is the live entry of a waiting key. q.mu must be
 // held.
 func (q *Queue[T]) isLive(e deadline[T]) bool {
+	_, ok := q.waitingEntry(e)
+	return ok
+}
+
+// waitingEntry returns the table entry of e's key if e is its live delay
+// entry, from whichever table the queue uses. q.mu must be held.
+func (q *Queue[T]) waitingEntry(e deadline[T]) (keyState, bool) {
+	if !q.full && q.store == nil {
+		if _, pos := q.tab.liveWait(e); pos >= 0 {
+			return q.tab.entry(pos), true
+		}
+		return keyState{}, false
+	}
 	st, ok := q.keys.m[e.item]
-	return liveIn(e, st, ok)
+	return st, liveIn(e, st, ok)
 }
 
 // liveIn reports whether e is the live entry of the key whose table entry
@@ -768,7 +808,8 @@ func (q *Queue[T]) doneOrdered(item T) {
 		worked = time.Duration(q.now() - at)
 		q.procs.finish(item, at, q.tab.gen[pos], q, q.processing)
 	}
-	if q.tab.flags[pos]&fDirty != 0 {
+	switch f := q.tab.flags[pos]; {
+	case f&fDirty != 0:
 		p := q.tab.requeue(slot, pos) // ready again, at the tail
 		if q.tab.timed {
 			// Its queue latency counts from the add that dirtied it
@@ -776,7 +817,9 @@ func (q *Queue[T]) doneOrdered(item T) {
 			q.tab.at[p] = q.procs.requeued(item)
 		}
 		q.wake()
-	} else {
+	case f&fWaiting != 0:
+		q.tab.flags[pos] = fWaiting // it keeps its deadline
+	default:
 		q.tab.remove(slot, pos)
 	}
 	if q.drainers > 0 && q.processing == 0 {
@@ -916,6 +959,18 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 	q.shuttingDown = true
 	for q.waiting > 0 {
 		e := q.delay.pop()
+		if !q.full && q.store == nil {
+			// A plain queue's waiting keys are never debounced.
+			if slot, pos := q.tab.liveWait(e); pos >= 0 {
+				q.waiting--
+				if q.tab.flags[pos]&fProcessing != 0 {
+					q.tab.flags[pos] &^= fWaiting
+				} else {
+					q.tab.remove(slot, pos)
+				}
+			}
+			continue
+		}
 		st, ok := q.keys.m[e.item]
 		if !liveIn(e, st, ok) {
 			continue

@@ -105,8 +105,25 @@ func (q *Queue[T]) Remove(item T) bool {
 func (q *Queue[T]) removeLean(item T) bool {
 	if q.store == nil {
 		_, slot, pos := q.tab.find(item)
-		if pos < 0 || q.tab.flags[pos]&fDirty == 0 {
+		if pos < 0 || q.tab.flags[pos]&(fDirty|fWaiting) == 0 {
 			return false
+		}
+		if q.tab.flags[pos]&fWaiting != 0 {
+			q.waiting--
+			if q.tab.flags[pos] == fWaiting {
+				q.tab.remove(slot, pos)
+			} else {
+				q.tab.flags[pos] &^= fWaiting // processing: only its next run is cancelled
+			}
+			q.delay.stale++
+			q.sweepDelay()
+			if q.waiting == 0 {
+				q.arm(0) // no key waits any more: stop the timer
+			}
+			if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
+				q.cond.Broadcast()
+			}
+			return true
 		}
 		q.dirty--
 		if q.tab.flags[pos] == fDirty {
