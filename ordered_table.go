@@ -65,14 +65,14 @@ type orderedTable[T comparable] struct {
 	// become ready).
 	delayed bool
 
-	head  int // first entry that may be ready
-	tail  int // next entry to append
+	head int // first entry that may be ready
+	tail int // next entry to append
 	// readyEnd is one past the last entry made ready: every ready entry
 	// lies before it, so a waiting entry at or after both head and
 	// readyEnd can become ready where it is without breaking FIFO order.
 	readyEnd int
-	live  int // keys in the table: live entries, and occupied index slots
-	ready int // live entries at or after head
+	live     int // keys in the table: live entries, and occupied index slots
+	ready    int // live entries at or after head
 
 	burst int // most live keys since the table was last empty
 	prev  int // burst's value when the table last emptied
