@@ -204,12 +204,19 @@ func (q *Queue[T]) fire() {
 		}
 	}
 	q.arm(now)
-	q.unlock()
+	// The adds are counted before the keys can be seen: a worker may take
+	// a fired key the moment the lock is released, and if this timer
+	// goroutine were descheduled before counting, a scrape after that
+	// key's run would show more runs than adds (a cold, loaded CI run
+	// did, against client-go's figures). Add counts after the lock: its
+	// caller is the one that made the key visible, and the timer is not a
+	// hot path, so only here is the count moved inside.
 	if q.metrics != nil {
 		for range added {
 			q.metrics.Added()
 		}
 	}
+	q.unlock()
 }
 
 // deadline is one entry of the waiting keys: item's run is due at when.

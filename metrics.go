@@ -45,10 +45,13 @@ type PriorityMetricsProvider interface {
 }
 
 // QueueMetrics receives the events of one queue. Its methods are called
-// after the queue has released its lock, from the goroutine that called
-// the queue method (or from the delay timer's goroutine), possibly
-// concurrently with each other: they must be safe for concurrent use. They
-// are on the hot path, so they should be cheap, and they must not block.
+// from the goroutine that called the queue method, after the queue has
+// released its lock, or, for the adds of keys whose AddAfter deadline
+// passed, from the delay timer's goroutine while it still holds the lock,
+// so that a key is counted before any worker can take it. They may run
+// concurrently with each other, so they must be safe for concurrent use,
+// and they must not call back into the queue. They are on the hot path, so
+// they should be cheap, and they must not block.
 type QueueMetrics interface {
 	// Added reports that a key became dirty: it was not already due for a
 	// run (duplicates of a queued key are not adds). client-go's
