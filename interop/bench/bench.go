@@ -110,6 +110,7 @@ func Workloads() []Workload {
 		{
 			Name: "hot-key-x10", Doc: "ten Adds of one key, then Get, Done", Theirs: clientGo, Goal: 0.7,
 			RunOurs: func(b *testing.B) { hotKey(b, newOurs()) }, RunTheirs: func(b *testing.B) { hotKey(b, newTheirs()) },
+			Floors: floor(func(b *testing.B) { hotKey(b, newFloorCoalescing()) }),
 		},
 		{
 			Name: "parallel-x1", Doc: "Add/Get/Done of a key of its own from GOMAXPROCS goroutines", Theirs: clientGo, Goal: 0.6,

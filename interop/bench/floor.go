@@ -80,6 +80,24 @@ func (f *floorQueue) Done(k string) {
 
 func (f *floorQueue) ShutDown() {}
 
+// floorCoalescing is floorQueue whose Add looks the key up first and does
+// nothing for a key already queued: the floor of hot-key-x10, whose Adds
+// mostly find the key queued. One lock and one map lookup per duplicate.
+type floorCoalescing struct{ floorQueue }
+
+func newFloorCoalescing() *floorCoalescing {
+	return &floorCoalescing{floorQueue{keys: map[string]floorKey{}}}
+}
+
+func (f *floorCoalescing) Add(k string) {
+	f.mu.Lock()
+	if _, ok := f.keys[k]; !ok {
+		f.keys[k] = floorKey{}
+		f.fifo.push(k)
+	}
+	f.mu.Unlock()
+}
+
 // floorTimer is what both delaying floors share: the lock, the one timer
 // armed for the earliest deadline, and the getters waiting for a key. The
 // floors differ only in how they keep the state of a key.
