@@ -2,15 +2,17 @@ package workqueue
 
 import "hash/maphash"
 
-// orderedTable is the key table and the FIFO of a plain queue (no Store,
-// metrics, delays, priorities or debounce), in one structure. A plain queue
+// orderedTable is the key table and the FIFO of a queue without a Store (and
+// without priorities or Debounce, which need the map table), with or
+// without metrics and delays, in one structure. A plain queue
 // with a Go map for its flags and a ring for its order stores every ready
 // key twice and hashes it about four times per Add/Get/Done; this table
 // stores each key once and hashes it twice per cycle (Add and Done; Get
 // hashes nothing). It is the compact ordered dict of CPython and others,
 // turned into a queue:
 //
-//   - keys and flags are a log, in the order keys became ready. An entry
+//   - keys and flags are a log, in the order keys became ready (or started
+//     to wait). An entry
 //     whose flags are 0 is dead: its key was zeroed when it died, so the log
 //     never keeps a key (and what it points to) alive.
 //   - index is an open-addressing hash table with linear probing over the
@@ -21,10 +23,14 @@ import "hash/maphash"
 //     hashing any key again. len(index) is twice len(keys), so the index
 //     is at most half full and probes are short.
 //   - head splits the log: entries before it were handed out by Get and
-//     are processing (or dead); entries from it to tail are ready (or dead,
-//     left by Remove). Get takes the first live entry at head: no hashing,
-//     no search. Done of a key added again while processing kills its
-//     entry and appends a new one at the tail: "ready again, at the tail".
+//     are processing, or dead, or waiting; entries from it to tail are
+//     ready, or dead (left by Remove), or waiting. Every ready entry is at
+//     or after head, in FIFO order. Get takes the first ready entry from
+//     head on, passing over the others once each: no hashing, no search.
+//     Done of a key added again while processing kills its entry and
+//     appends a new one at the tail: "ready again, at the tail". A waiting
+//     key whose deadline passes becomes ready where it is if no ready entry
+//     comes after it (readyEnd), else at the tail.
 //
 // The log is compacted in place when it fills while at least a quarter of it
 // is dead, and grows when it fills otherwise, so appends are O(1)
@@ -46,6 +52,8 @@ import "hash/maphash"
 // latency) or when its run started (for work duration and the age gauges),
 // and the generation of its run (for the processing set): a timed table
 // keeps them in two more arrays beside the log, at and gen, moved with it.
+// A delayed table (from the first AddAfter on) likewise keeps a waiting
+// key's deadline and the seq of its live delay entry in when and wseq.
 //
 // The zero orderedTable is empty and allocates nothing until its first key.
 // Not safe for concurrent use; the queue calls it under its lock.
