@@ -380,3 +380,30 @@ func TestInspectKeepsOrderedTable(t *testing.T) {
 		})
 	}
 }
+
+// Done on a plain queue with metrics reports the run's duration after it
+// has released the lock; by then another goroutine may have moved the
+// queue to the map table (a priority here), so Done must not read the
+// ordered table to decide. Run under -race.
+func TestDoneReportsAfterUnlockWithoutReadingTable(t *testing.T) {
+	q := NewWithConfig(Config[string]{Name: "race", Metrics: nopProvider{}})
+	const n = 2000
+	for i := range n {
+		q.Add(strconv.Itoa(i))
+	}
+	done, started := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			k, _ := q.Get()
+			q.Done(k)
+			if i == 10 {
+				close(started)
+			}
+		}
+	}()
+	<-started
+	q.AddWithPriority("p", 1) // moves the table to the map table, concurrently
+	<-done
+	require.True(t, q.full)
+}

@@ -826,7 +826,7 @@ func (q *Queue[T]) doneOrdered(item T) {
 		q.cond.Broadcast()
 	}
 	q.unlock()
-	if q.tab.timed {
+	if q.metrics != nil { // not q.tab.timed: another goroutine may change the table once unlocked
 		q.metrics.Worked(worked)
 	}
 }
