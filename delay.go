@@ -28,17 +28,14 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 	added := false
 	if d <= 0 {
 		added = q.markDirty(item, prio)
-	} else if !q.full && q.store == nil && prio == 0 {
+	} else if q.ordered() && prio == 0 {
 		now := q.now()
 		q.addAfterOrdered(item, deadlineAt(now, d))
 		q.arm(now)
 	} else {
 		q.toFull()
 		now := q.now()
-		when := now + int64(d)
-		if when < now {
-			when = 1<<63 - 1 // d so large it overflows: never, in practice
-		}
+		when := deadlineAt(now, d)
 		st, ok := q.keys.m[item]
 		switch {
 		case ok && st.flags&fDirty != 0:
@@ -184,7 +181,7 @@ func (q *Queue[T]) fire() {
 	added := 0
 	for q.waiting > 0 && ds.peek().when <= now {
 		e := ds.pop()
-		if !q.full && q.store == nil {
+		if q.ordered() {
 			slot, pos := q.tab.liveWait(e)
 			if pos < 0 {
 				ds.stale-- // the key was made ready, or moved earlier
@@ -207,8 +204,9 @@ func (q *Queue[T]) fire() {
 	// The adds are counted before the keys can be seen: a worker may take
 	// a fired key the moment the lock is released, and if this timer
 	// goroutine were descheduled before counting, a scrape after that
-	// key's run would show more runs than adds (a cold, loaded CI run
-	// did, against client-go's figures). Add counts after the lock: its
+	// key's run would show more runs than adds (kubemetrics'
+	// TestSeriesLikeClientGo did, under -race on a loaded machine). Add
+	// counts after the lock: its
 	// caller is the one that made the key visible, and the timer is not a
 	// hot path, so only here is the count moved inside.
 	if q.metrics != nil {

@@ -258,9 +258,10 @@ func (q *Queue[T]) markDirty(item T, prio int32) bool {
 	return q.markDirtyState(item, st, ok, prio, false)
 }
 
-// markDirtyLean is markDirty at priority 0 for a lean table, where no key
-// waits: absent becomes ready, processing becomes processing+dirty, and a
-// key already due stays so. q.mu must be held.
+// markDirtyLean is markDirty at priority 0 for a lean table (the ordered
+// table, or the map of flags of a queue with a Store, where no key waits):
+// absent becomes ready, processing becomes processing+dirty, a waiting key
+// becomes ready, and a key already due stays so. q.mu must be held.
 func (q *Queue[T]) markDirtyLean(item T) bool {
 	if q.store == nil {
 		return q.addOrdered(item)
@@ -500,6 +501,10 @@ func (q *Queue[T]) popEntry() T {
 	return q.store.Pop()
 }
 
+// ordered reports whether the key table is a plain queue's ordered table
+// (ordered_table.go), which is then also the FIFO of ready keys.
+func (q *Queue[T]) ordered() bool { return !q.full && q.store == nil }
+
 // ready counts the ready keys: the store's entries less the ghosts.
 func (q *Queue[T]) ready() int {
 	if q.store == nil {
@@ -530,7 +535,7 @@ func (q *Queue[T]) isLive(e deadline[T]) bool {
 // waitingEntry returns the table entry of e's key if e is its live delay
 // entry, from whichever table the queue uses. q.mu must be held.
 func (q *Queue[T]) waitingEntry(e deadline[T]) (keyState, bool) {
-	if !q.full && q.store == nil {
+	if q.ordered() {
 		if _, pos := q.tab.liveWait(e); pos >= 0 {
 			return q.tab.entry(pos), true
 		}
@@ -716,9 +721,7 @@ func (q *Queue[T]) Done(item T) {
 		// instead of a lookup and a delete.
 		if q.keys.delPresent(item) {
 			q.processing--
-			if q.drainers > 0 && q.processing == 0 {
-				q.cond.Broadcast()
-			}
+			q.wakeDrainers()
 		}
 		q.mu.Unlock()
 		return
@@ -749,17 +752,16 @@ func (q *Queue[T]) Done(item T) {
 	default:
 		q.keys.del(item)
 	}
-	if q.drainers > 0 && q.processing == 0 {
-		q.cond.Broadcast()
-	}
+	q.wakeDrainers()
 	q.unlock()
 	if q.metrics != nil {
 		q.metrics.Worked(worked)
 	}
 }
 
-// doneLean is Done on a lean table, which releases q.mu. No key waits
-// there and metrics are off.
+// doneLean is Done on a lean table, which releases q.mu: the ordered
+// table, or the map of flags of a queue with a Store, where no key waits
+// and metrics are off.
 func (q *Queue[T]) doneLean(item T) {
 	if q.store == nil {
 		q.doneOrdered(item)
@@ -787,9 +789,7 @@ func (q *Queue[T]) doneLean(item T) {
 		}
 	}
 	q.processing--
-	if q.drainers > 0 && q.processing == 0 {
-		q.cond.Broadcast()
-	}
+	q.wakeDrainers()
 	q.unlock()
 }
 
@@ -822,9 +822,7 @@ func (q *Queue[T]) doneOrdered(item T) {
 	default:
 		q.tab.remove(slot, pos)
 	}
-	if q.drainers > 0 && q.processing == 0 {
-		q.cond.Broadcast()
-	}
+	q.wakeDrainers()
 	q.unlock()
 	if q.metrics != nil { // not q.tab.timed: another goroutine may change the table once unlocked
 		q.metrics.Worked(worked)
@@ -959,7 +957,7 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 	q.shuttingDown = true
 	for q.waiting > 0 {
 		e := q.delay.pop()
-		if !q.full && q.store == nil {
+		if q.ordered() {
 			// A plain queue's waiting keys are never debounced.
 			if slot, pos := q.tab.liveWait(e); pos >= 0 {
 				q.waiting--

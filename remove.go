@@ -63,14 +63,32 @@ const maxGhosts = 64
 func (q *Queue[T]) Remove(item T) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.full {
-		return q.removeLean(item)
+	var removed bool
+	switch {
+	case q.ordered():
+		removed = q.removeOrdered(item)
+	case !q.full:
+		removed = q.removeLean(item)
+	default:
+		removed = q.removeFull(item)
 	}
+	if removed {
+		q.wakeDrainers()
+	}
+	return removed
+}
+
+// removeFull is Remove on the full table. q.mu must be held.
+func (q *Queue[T]) removeFull(item T) bool {
 	st, ok := q.keys.m[item]
 	if !ok || st.flags&(fDirty|fWaiting) == 0 {
 		return false
 	}
-	if st.flags&fDirty != 0 {
+	wasWaiting := st.flags&fDirty == 0
+	if wasWaiting {
+		st.flags &^= fWaiting
+		q.unbounce(item)
+	} else {
 		st.flags &^= fDirty
 		q.dirty--
 		switch {
@@ -79,66 +97,53 @@ func (q *Queue[T]) Remove(item T) bool {
 		case q.metrics != nil:
 			q.procs.requeued(item) // forget when it was added again
 		}
-	} else {
-		st.flags &^= fWaiting
-		q.waiting--
-		q.delay.stale++
-		q.sweepDelay()
-		q.unbounce(item)
-		if q.waiting == 0 {
-			q.arm(0) // no key waits any more: stop the timer
-		}
 	}
 	if st.flags == 0 {
 		q.keys.del(item)
 	} else {
 		q.keys.m[item] = st
 	}
-	if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
-		q.cond.Broadcast()
+	if wasWaiting {
+		q.dropDeadline()
 	}
 	return true
 }
 
-// removeLean is Remove on a lean table, where no key waits and metrics are
-// off. q.mu must be held.
-func (q *Queue[T]) removeLean(item T) bool {
-	if q.store == nil {
-		_, slot, pos := q.tab.find(item)
-		if pos < 0 || q.tab.flags[pos]&(fDirty|fWaiting) == 0 {
-			return false
-		}
-		if q.tab.flags[pos]&fWaiting != 0 {
-			q.waiting--
-			if q.tab.flags[pos] == fWaiting {
-				q.tab.remove(slot, pos)
-			} else {
-				q.tab.flags[pos] &^= fWaiting // processing: only its next run is cancelled
-			}
-			q.delay.stale++
-			q.sweepDelay()
-			if q.waiting == 0 {
-				q.arm(0) // no key waits any more: stop the timer
-			}
-			if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
-				q.cond.Broadcast()
-			}
-			return true
-		}
-		q.dirty--
-		if q.tab.flags[pos] == fDirty {
-			q.tab.remove(slot, pos) // ready: its entry dies, no ghost
+// removeOrdered is Remove on a plain queue's ordered table, where a
+// removed entry dies and leaves no ghost. q.mu must be held.
+func (q *Queue[T]) removeOrdered(item T) bool {
+	t := &q.tab
+	_, slot, pos := t.find(item)
+	if pos < 0 {
+		return false
+	}
+	switch f := t.flags[pos]; {
+	case f&fWaiting != 0:
+		if f == fWaiting {
+			t.remove(slot, pos)
 		} else {
-			q.tab.flags[pos] &^= fDirty // processing: only its re-run is cancelled
-			if q.tab.timed {
+			t.flags[pos] &^= fWaiting // processing: only its next run is cancelled
+		}
+		q.dropDeadline()
+	case f&fDirty != 0:
+		q.dirty--
+		if f == fDirty {
+			t.remove(slot, pos)
+		} else {
+			t.flags[pos] &^= fDirty // processing: only its re-run is cancelled
+			if t.timed {
 				q.procs.requeued(item) // forget when it was added again
 			}
 		}
-		if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
-			q.cond.Broadcast()
-		}
-		return true
+	default:
+		return false // only processing
 	}
+	return true
+}
+
+// removeLean is Remove on the lean map table of a queue with a Store, where
+// no key waits and metrics are off. q.mu must be held.
+func (q *Queue[T]) removeLean(item T) bool {
 	f, ok := q.lean.m[item]
 	if !ok || f&fDirty == 0 {
 		return false
@@ -150,10 +155,27 @@ func (q *Queue[T]) removeLean(item T) bool {
 	} else {
 		q.lean.m[item] = f // processing: only its re-run is cancelled
 	}
-	if q.drainers > 0 && q.ready() == 0 && q.processing == 0 {
+	return true
+}
+
+// dropDeadline accounts for a waiting key whose run was cancelled, after
+// the key table has been updated: its delay entry is now stale, and the
+// timer stops once no key waits. q.mu must be held.
+func (q *Queue[T]) dropDeadline() {
+	q.waiting--
+	q.delay.stale++
+	q.sweepDelay()
+	if q.waiting == 0 {
+		q.arm(0) // no key waits any more: stop the timer
+	}
+}
+
+// wakeDrainers wakes the drains waiting for the queue to empty, once no
+// key is ready or processing. q.mu must be held.
+func (q *Queue[T]) wakeDrainers() {
+	if q.drainers > 0 && q.processing == 0 && q.ready() == 0 {
 		q.cond.Broadcast()
 	}
-	return true
 }
 
 // unstore takes the ready key item out of the store: cut out where the

@@ -558,9 +558,10 @@ func (r *Replica) Run(ctx context.Context) error {
 
 // period returns the time to the next tick: RetryPeriod plus a jitter
 // drawn from [0, RetryPeriod/10], capped at half of RenewDeadline −
-// RetryPeriod so that a period stays well inside RenewDeadline. Replicas started together would
-// otherwise renew and LIST at the same instants for as long as they run;
-// the jitter spreads their requests over the period. It only lengthens
+// RetryPeriod so that a period stays well inside RenewDeadline. Replicas
+// started together would otherwise renew and LIST at the same instants
+// for as long as they run; the jitter spreads their requests over the
+// period. It only lengthens
 // the period, so the loop still writes at most one membership Lease per
 // RetryPeriod, and every bound stated with "a RetryPeriod" holds with
 // 1.1×RetryPeriod.

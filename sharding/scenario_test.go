@@ -135,7 +135,6 @@ func TestGracefulLeave(t *testing.T) {
 			ids := rg.ids()
 			victim := ids[rg.rng.IntN(len(ids))]
 			go rg.churn(2 * retryPeriod)
-			start := time.Now()
 			rg.stop(victim)
 			take := rg.waitCovered(leaseDuration)
 			rg.waitBalanced(leaseDuration)
@@ -143,7 +142,6 @@ func TestGracefulLeave(t *testing.T) {
 			if limit := ceilDiv(s, len(ids)) + 1; m > limit {
 				t.Errorf("invariant 3: leave moved %d shards, limit %d", m, limit)
 			}
-			_ = start
 			maxMoved, maxTake = max(maxMoved, m), max(maxTake, take)
 			time.Sleep(2 * retryPeriod)
 		}
