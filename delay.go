@@ -1,6 +1,9 @@
 package workqueue
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // AddAfter gives item a run after d: it becomes ready when d has passed,
 // unless something asks for it earlier. A key has at most one pending run, at
@@ -28,9 +31,9 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
 	added := false
 	if d <= 0 {
 		added = q.markDirty(item, prio)
-	} else if q.ordered() && prio == 0 {
+	} else if q.ordered() && (prio == 0 || q.tab.leveled) {
 		now := q.now()
-		q.addAfterOrdered(item, deadlineAt(now, d))
+		q.addAfterOrdered(item, deadlineAt(now, d), prio)
 		q.arm(now)
 	} else {
 		q.toFull()
@@ -72,19 +75,25 @@ func deadlineAt(now int64, d time.Duration) int64 {
 	return 1<<63 - 1 // d so large it overflows: never, in practice
 }
 
-// addAfterOrdered is AddAfter at priority 0 on a plain queue's ordered
-// table, following the AddAfter column of the state table as the full
-// table does: a key due now stays so, a waiting key keeps the earlier
-// deadline, and an absent or only-processing key starts waiting. q.mu must
-// be held.
-func (q *Queue[T]) addAfterOrdered(item T, when int64) {
+// addAfterOrdered is AddAfter on the ordered table (at priority 0 unless
+// it is leveled), following the AddAfter column of the state table as the
+// full table does: a key due now stays so, a waiting key keeps the earlier
+// deadline, and an absent or only-processing key starts waiting; the
+// priorities of two runs that merge merge upwards. q.mu must be held.
+func (q *Queue[T]) addAfterOrdered(item T, when int64, prio int32) {
 	t := &q.tab
 	t.enableDelays()
 	h, slot, pos := t.find(item)
 	switch {
 	case pos >= 0 && t.flags[pos]&fDirty != 0:
 		// Due now already, which is earlier.
+		if t.leveled {
+			t.raise(pos, prio)
+		}
 	case pos >= 0 && t.flags[pos]&fWaiting != 0:
+		if t.leveled {
+			t.prio[pos] = max(t.prio[pos], prio)
+		}
 		if when < t.when[pos] {
 			t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
 			q.delay.stale++
@@ -93,8 +102,11 @@ func (q *Queue[T]) addAfterOrdered(item T, when int64) {
 	default:
 		if pos >= 0 {
 			t.flags[pos] |= fWaiting // processing, with no pending run
+			if t.leveled {
+				t.prio[pos] = prio
+			}
 		} else {
-			pos = t.insertAs(item, h, slot, fWaiting)
+			pos = t.insertAs(item, h, slot, fWaiting, prio)
 		}
 		t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
 		q.waiting++
@@ -187,7 +199,7 @@ func (q *Queue[T]) fire() {
 				ds.stale-- // the key was made ready, or moved earlier
 				continue
 			}
-			q.makeReadyOrdered(slot, pos)
+			q.makeReadyOrdered(slot, pos, math.MinInt32) // its run keeps its priority
 			added++
 			continue
 		}
@@ -196,7 +208,7 @@ func (q *Queue[T]) fire() {
 			ds.stale-- // the key was made ready, or moved earlier
 			continue
 		}
-		if q.markDirtyState(e.item, st, ok, 0, true) {
+		if q.markDirtyState(e.item, st, ok, math.MinInt32, true) { // its run keeps its priority
 			added++
 		}
 	}

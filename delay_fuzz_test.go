@@ -127,12 +127,18 @@ func FuzzDeadlines(f *testing.F) {
 }
 
 // delayQueueModel is the state table of DESIGN.md written the obvious way, for
-// one queue with the default FIFO store.
+// one queue with the default FIFO store, or with the priority store.
 type delayQueueModel struct {
 	// quiet and maxWait are Config.Debounce (quiet 0: off); bounce holds
 	// a debounced key's first Add and earliest fixed time.
 	quiet, maxWait int64
 	bounce         map[uint8][2]int64
+
+	// prios is set for a queue with the priority store: prio holds the
+	// priority of each key's pending run (or of the run it is in), and
+	// Get takes the first ready key of the highest priority.
+	prios bool
+	prio  map[uint8]int
 
 	now      int64
 	ready    []uint8 // FIFO
@@ -151,8 +157,13 @@ func newDelayQueueModel() *delayQueueModel {
 		waiting: map[uint8]int64{},
 		arrival: map[uint8]int{},
 		bounce:  map[uint8][2]int64{},
+		prio:    map[uint8]int{},
 	}
 }
+
+// noPrio is the priority a run that asks for none merges with: a deadline
+// that passes keeps its run's own.
+const noPrio = math.MinInt32
 
 // userAdd is what the Add method does: a run due now, or, with Debounce,
 // due once the key's adds pause for quiet, at most maxWait after the first
@@ -182,10 +193,22 @@ func (m *delayQueueModel) userAdd(k uint8) {
 	}
 }
 
-func (m *delayQueueModel) add(k uint8) {
-	if m.shutdown || m.dirty[k] {
+func (m *delayQueueModel) add(k uint8) { m.addPrio(k, 0) }
+
+// addPrio is Add at priority p: a ready key is raised (to the back of its
+// new level) if p is higher, a waiting key's run keeps the higher of the two.
+func (m *delayQueueModel) addPrio(k uint8, p int) {
+	if m.shutdown {
 		return
 	}
+	if m.dirty[k] {
+		m.raise(k, p)
+		return
+	}
+	if _, ok := m.waiting[k]; ok {
+		p = max(p, m.prio[k])
+	}
+	m.prio[k] = p
 	delete(m.waiting, k)
 	delete(m.bounce, k)
 	m.dirty[k] = true
@@ -194,18 +217,33 @@ func (m *delayQueueModel) add(k uint8) {
 	}
 }
 
-func (m *delayQueueModel) addAfter(k uint8, d time.Duration) {
+// raise gives dirty k's run the priority p if that is higher.
+func (m *delayQueueModel) raise(k uint8, p int) {
+	if !m.prios || p <= m.prio[k] {
+		return
+	}
+	m.prio[k] = p
+	if i := slices.Index(m.ready, k); i >= 0 {
+		m.ready = append(slices.Delete(m.ready, i, i+1), k)
+	}
+}
+
+func (m *delayQueueModel) addAfter(k uint8, d time.Duration) { m.addAfterPrio(k, d, 0) }
+
+func (m *delayQueueModel) addAfterPrio(k uint8, d time.Duration, p int) {
 	if m.shutdown {
 		return
 	}
 	if d <= 0 {
-		m.add(k)
+		m.addPrio(k, p)
 		return
 	}
 	when := m.now + int64(d)
 	switch w, ok := m.waiting[k]; {
 	case m.dirty[k]:
+		m.raise(k, p)
 	case ok:
+		m.prio[k] = max(m.prio[k], p)
 		if b, has := m.bounce[k]; has && when < b[1] {
 			m.bounce[k] = [2]int64{b[0], when}
 		}
@@ -220,6 +258,7 @@ func (m *delayQueueModel) addAfter(k uint8, d time.Duration) {
 		m.arrived++
 		m.waiting[k] = when
 		m.arrival[k] = m.arrived
+		m.prio[k] = p
 	}
 }
 
@@ -236,16 +275,24 @@ func (m *delayQueueModel) advance(d time.Duration) {
 		return cmp.Or(cmp.Compare(m.waiting[a], m.waiting[b]), cmp.Compare(m.arrival[a], m.arrival[b]))
 	})
 	for _, k := range due {
-		m.add(k)
+		m.addPrio(k, noPrio)
 	}
 }
 
-func (m *delayQueueModel) get() uint8 {
-	k := m.ready[0]
-	m.ready = m.ready[1:]
+// get hands out the first ready key, of the highest priority when the
+// model has priorities, and the priority of its run.
+func (m *delayQueueModel) get() (uint8, int) {
+	i := 0
+	for j, k := range m.ready {
+		if m.prios && m.prio[k] > m.prio[m.ready[i]] {
+			i = j
+		}
+	}
+	k := m.ready[i]
+	m.ready = slices.Delete(m.ready, i, i+1)
 	delete(m.dirty, k)
 	m.proc[k] = true
-	return k
+	return k, m.prio[k]
 }
 
 func (m *delayQueueModel) done(k uint8) {
@@ -287,7 +334,7 @@ func (m *delayQueueModel) shutDown() {
 		return cmp.Or(cmp.Compare(m.waiting[a], m.waiting[b]), cmp.Compare(m.arrival[a], m.arrival[b]))
 	})
 	for _, k := range flush {
-		m.add(k)
+		m.addPrio(k, noPrio)
 	}
 	m.shutdown = true
 	clear(m.waiting)
@@ -297,7 +344,14 @@ func (m *delayQueueModel) stats() Stats {
 	return Stats{Ready: len(m.ready), Waiting: len(m.waiting), Processing: len(m.proc), Dirty: len(m.dirty)}
 }
 
-// FuzzQueueDelay drives a Queue, a Queue with Debounce, and the state-table
+// otherPriorityStore is the priority store behind a type the queue does not
+// know, so that the queue uses it as it would a user's PriorityStore: on
+// the map table, calling the store. It keeps the store's remove, which
+// spares Remove its ghosts (remove.go).
+type otherPriorityStore[T comparable] struct{ *priorityStore[T] }
+
+// FuzzQueueDelay drives a Queue, a Queue with Debounce, two with a priority
+// store (kept in the table, and called as a store), and the state-table
 // model of each with the same random Add, AddAfter, passing of time, Get,
 // Done, Remove and ShutDown, inside a
 // synctest bubble, and compares the counts and every key handed out after
@@ -332,7 +386,13 @@ func FuzzQueueDelay(f *testing.F) {
 			plain := pair{New[uint8](), newDelayQueueModel()}
 			bounced := pair{NewWithConfig(Config[uint8]{Debounce: Debounce{Quiet: 2 * time.Millisecond, MaxWait: 5 * time.Millisecond}}), newDelayQueueModel()}
 			bounced.m.quiet, bounced.m.maxWait = int64(2*time.Millisecond), int64(5*time.Millisecond)
-			pairs := []pair{plain, bounced}
+			// The built-in priority store, whose levels the queue keeps
+			// in its ordered table, and the same store seen as any other
+			// PriorityStore, which runs on the map table and the store.
+			leveled := pair{NewWithConfig(Config[uint8]{Store: NewPriorityStore[uint8]()}), newDelayQueueModel()}
+			stored := pair{NewWithConfig(Config[uint8]{Store: otherPriorityStore[uint8]{&priorityStore[uint8]{}}}), newDelayQueueModel()}
+			leveled.m.prios, stored.m.prios = true, true
+			pairs := []pair{plain, bounced, leveled, stored}
 			var log []string
 			fail := func(format string, args ...any) {
 				t.Helper()
@@ -381,25 +441,33 @@ func FuzzQueueDelay(f *testing.F) {
 						if len(m.ready) == 0 && !m.shutdown {
 							break // Get would block
 						}
-						got, shutdown := q.Get()
+						got, prio, shutdown := q.GetWithPriority()
 						if len(m.ready) == 0 {
 							if !shutdown {
 								fail("queue %d: Get handed out %d, the model reports shutdown", i, got)
 							}
 							break
 						}
-						if want := m.get(); shutdown || got != want {
+						want, wantPrio := m.get()
+						if shutdown || got != want {
 							fail("queue %d: Get = (%d, %v), model hands out %d", i, got, shutdown, want)
+						}
+						if m.prios && prio != wantPrio {
+							fail("queue %d: GetWithPriority = (%d, %d), model's priority %d", i, got, prio, wantPrio)
 						}
 					case 4:
 						q.Done(key)
 						m.done(key)
 					case 5:
 						q.AddWithPriority(key, int(int8(val)))
-						m.userAdd(key)
+						if m.prios {
+							m.addPrio(key, int(int8(val)))
+						} else {
+							m.userAdd(key)
+						}
 					case 6:
 						q.AddAfterWithPriority(key, d, int(int8(val)))
-						m.addAfter(key, d)
+						m.addAfterPrio(key, d, int(int8(val)))
 					case 7:
 						if key != 0 {
 							if got, want := q.Remove(key), m.remove(key); got != want {
@@ -426,7 +494,7 @@ func FuzzQueueDelay(f *testing.F) {
 				m.advance(time.Hour)
 				for len(m.ready) > 0 {
 					got, _ := q.Get()
-					if want := m.get(); got != want {
+					if want, _ := m.get(); got != want {
 						fail("queue %d: final drain: Get = %d, model %d", i, got, want)
 					}
 					q.Done(got)

@@ -114,7 +114,7 @@ func orderedModel(t *testing.T, tab *orderedTable[string], m *tableModel, op int
 		h, slot, pos := tab.find(k)
 		switch {
 		case pos < 0:
-			if p := tab.insert(k, h, slot); tab.timed {
+			if p := tab.insert(k, h, slot, 0); tab.timed {
 				tab.at[p] = stamp(k)
 			}
 			m.ready = append(m.ready, k)
@@ -174,7 +174,7 @@ func orderedModel(t *testing.T, tab *orderedTable[string], m *tableModel, op int
 		h, slot, pos := tab.find(k)
 		switch {
 		case pos < 0:
-			pos = tab.insertAs(k, h, slot, fWaiting)
+			pos = tab.insertAs(k, h, slot, fWaiting, 0)
 			m.waits[k] = true
 		case tab.flags[pos] == fProcessing:
 			tab.flags[pos] |= fWaiting
@@ -293,7 +293,7 @@ func TestOrderedTableMemory(t *testing.T) {
 	fill := func(tab *orderedTable[int], n int) {
 		for i := range n {
 			h, slot, _ := tab.find(i)
-			tab.insert(i, h, slot)
+			tab.insert(i, h, slot, 0)
 		}
 		for range n {
 			k, _ := tab.take()
@@ -316,7 +316,7 @@ func TestOrderedTableMemory(t *testing.T) {
 	var drain orderedTable[int]
 	for i := range 100000 {
 		h, slot, _ := drain.find(i)
-		drain.insert(i, h, slot)
+		drain.insert(i, h, slot, 0)
 	}
 	peak := len(drain.keys)
 	for range 99000 {

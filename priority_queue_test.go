@@ -83,6 +83,42 @@ func TestPriorityQueueDelayed(t *testing.T) {
 	})
 }
 
+// A run due later keeps its own priority when its deadline passes, a
+// negative one included: controller-runtime adds the objects of an
+// informer's initial list at a low priority, some of them with a delay.
+// Before, the timer merged the run with priority 0, which lifted a
+// negative run above the keys it was meant to follow.
+func TestPriorityQueueDelayedKeepsNegativePriority(t *testing.T) {
+	for name, store := range map[string]func() workqueue.PriorityStore[string]{
+		"built-in": workqueue.NewPriorityStore[string],
+		"other":    func() workqueue.PriorityStore[string] { return otherStore{workqueue.NewPriorityStore[string]()} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := workqueue.NewWithConfig(workqueue.Config[string]{Store: store()})
+				q.AddAfterWithPriority("initial-list", time.Second, -100)
+				time.Sleep(time.Second)
+				synctest.Wait()
+				q.Add("event")
+				k, p, _ := q.GetWithPriority()
+				require.Equal(t, "event", k, "a fired run at -100 goes after a run at 0")
+				require.Equal(t, 0, p)
+				q.Done(k)
+				k, p, _ = q.GetWithPriority()
+				require.Equal(t, "initial-list", k)
+				require.Equal(t, -100, p, "the fired run keeps its priority")
+				q.Done(k)
+			})
+		})
+	}
+}
+
+// otherStore hides the built-in priority store behind a type the queue does
+// not know, so that the queue calls it as it would any PriorityStore.
+type otherStore struct {
+	workqueue.PriorityStore[string]
+}
+
 func TestPriorityIgnoredByFIFO(t *testing.T) {
 	q := workqueue.New[string]()
 	q.AddWithPriority("a", 1)

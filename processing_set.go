@@ -108,14 +108,14 @@ func (p *processingSet[T]) ages(now int64, keys runs[T], live int) (unfinished, 
 }
 
 // eachLive calls f with the table entry of every key being processed, once
-// each: the live records, in start order. O(records), which is within
-// twice the processing keys plus a constant. Only a queue with a Store
-// (and so a full table) asks for it.
-func (p *processingSet[T]) eachLive(keys map[T]keyState, f func(st keyState)) {
+// each: the live records, in start order. entry looks a key up in the
+// queue's table. O(records), which is within twice the processing keys
+// plus a constant. Only a queue with a priority store asks for it.
+func (p *processingSet[T]) eachLive(entry func(T) (keyState, bool), f func(st keyState)) {
 	r := &p.order
 	for i := range r.n {
 		rec := r.buf[(r.head+i)&(len(r.buf)-1)]
-		if st, ok := keys[rec.item]; ok && st.flags&fProcessing != 0 && st.gen == rec.gen {
+		if st, ok := entry(rec.item); ok && st.flags&fProcessing != 0 && st.gen == rec.gen {
 			f(st)
 		}
 	}

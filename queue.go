@@ -86,10 +86,13 @@ type Queue[T comparable] struct {
 
 	// The key table: every key that is ready, waiting or processing, with
 	// its flags, the dirty and processing sets (dirty_set.go). While full is
-	// false it is lean, which holds only the flags: tab, which is also the
-	// FIFO, for a queue without a Store (ordered_table.go), lean for one
-	// with a Store; once a key needs more (a deadline, a priority, a run
-	// start for metrics) the table moves to keys, for good (toFull).
+	// false it is lean: tab, which is also the FIFO, for a queue without a
+	// Store, and also the priority levels (tab.leveled) for a queue with
+	// the built-in priority store (ordered_table.go); lean, which holds
+	// only the flags, for one with any other Store. Once a key needs more
+	// than its table holds (a priority on a plain queue, a deadline or a
+	// run start with another Store, Debounce) the table moves to keys, for
+	// good (toFull). A leveled table never moves.
 	tab  orderedTable[T]
 	lean shrinkingMap[T, uint8]
 	keys shrinkingMap[T, keyState]
@@ -147,12 +150,17 @@ func New[T comparable]() *Queue[T] { return &Queue[T]{} }
 func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 	cfg.Debounce.validate()
 	q := &Queue[T]{quiet: int64(cfg.Debounce.Quiet), maxWait: int64(cfg.Debounce.MaxWait)}
-	if cfg.Store != nil {
+	if _, ok := cfg.Store.(*priorityStore[T]); ok && q.quiet == 0 {
+		// The built-in priority store: the queue keeps the levels in
+		// its own key table, which then needs no second index of the
+		// keys (ordered_table.go). The store itself is not called.
+		q.tab.leveled = true
+	} else if cfg.Store != nil {
 		q.store = cfg.Store
 		q.prio, _ = cfg.Store.(PriorityStore[T])
 	}
 	if cfg.Name != "" && cfg.Metrics != nil {
-		if pm, ok := cfg.Metrics.(PriorityMetricsProvider); ok && q.prio != nil {
+		if pm, ok := cfg.Metrics.(PriorityMetricsProvider); ok && (q.prio != nil || q.tab.leveled) {
 			q.metrics = pm.NewPriorityQueueMetrics(cfg.Name, q.Stats, q.dirtyByPriority)
 		} else {
 			q.metrics = cfg.Metrics.NewQueueMetrics(cfg.Name, q.Stats)
@@ -181,7 +189,7 @@ func (q *Queue[T]) Add(item T) {
 		// The common cases of a plain queue, spelled out: a new key is
 		// pushed, a key already in the FIFO keeps its place.
 		if !q.full {
-			q.addOrdered(item)
+			q.addOrdered(item, 0)
 			q.unlock()
 			return
 		}
@@ -249,8 +257,8 @@ func (q *Queue[T]) addLocked(item T, prio int32) {
 // "add" for metrics). q.mu must be held and the queue not shut down.
 func (q *Queue[T]) markDirty(item T, prio int32) bool {
 	if !q.full {
-		if prio == 0 {
-			return q.markDirtyLean(item)
+		if prio == 0 || q.tab.leveled {
+			return q.markDirtyLean(item, prio)
 		}
 		q.toFull()
 	}
@@ -258,13 +266,14 @@ func (q *Queue[T]) markDirty(item T, prio int32) bool {
 	return q.markDirtyState(item, st, ok, prio, false)
 }
 
-// markDirtyLean is markDirty at priority 0 for a lean table (the ordered
-// table, or the map of flags of a queue with a Store, where no key waits):
-// absent becomes ready, processing becomes processing+dirty, a waiting key
-// becomes ready, and a key already due stays so. q.mu must be held.
-func (q *Queue[T]) markDirtyLean(item T) bool {
+// markDirtyLean is markDirty for a lean table (the ordered table, or the
+// map of flags of a queue with a Store, where no key waits), at priority 0
+// unless the ordered table is leveled: absent becomes ready, processing
+// becomes processing+dirty, a waiting key becomes ready, and a key already
+// due stays so. q.mu must be held.
+func (q *Queue[T]) markDirtyLean(item T, prio int32) bool {
 	if q.store == nil {
-		return q.addOrdered(item)
+		return q.addOrdered(item, prio)
 	}
 	f, ok := q.lean.m[item]
 	if ok && f&fDirty != 0 {
@@ -282,29 +291,37 @@ func (q *Queue[T]) markDirtyLean(item T) bool {
 	return true
 }
 
-// addOrdered is markDirtyLean for a plain queue, whose lean table is the
-// orderedTable: absent becomes ready (at the tail), processing becomes
-// processing+dirty, a key already due stays so. One hash, none for the
-// first key of an empty queue. q.mu must be held.
-func (q *Queue[T]) addOrdered(item T) bool {
+// addOrdered is markDirtyLean for a queue whose lean table is the
+// orderedTable: absent becomes ready (at the tail, or the back of its
+// level), processing becomes processing+dirty, a key already due stays so
+// (raised to prio in a leveled table, if that is higher). One hash, none
+// for the first key of an empty queue. prio is 0 unless the table is
+// leveled. q.mu must be held.
+func (q *Queue[T]) addOrdered(item T, prio int32) bool {
 	h, slot, pos := q.tab.find(item)
 	switch {
 	case pos < 0:
-		p := q.tab.insert(item, h, slot)
+		p := q.tab.insert(item, h, slot, prio)
 		if q.tab.timed {
 			q.tab.at[p] = q.now() // queue latency counts from here
 		}
 	case q.tab.flags[pos]&fDirty != 0:
+		if q.tab.leveled {
+			q.tab.raise(pos, prio)
+		}
 		return false
 	case q.tab.flags[pos]&fWaiting != 0:
 		// The run due now replaces the one at the deadline, whose
 		// delay entry stays behind, stale.
 		q.delay.stale++
-		q.makeReadyOrdered(slot, pos)
+		q.makeReadyOrdered(slot, pos, prio)
 		q.sweepDelay()
 		return true
 	default: // processing: due again at Done
 		q.tab.flags[pos] |= fDirty
+		if q.tab.leveled {
+			q.tab.prio[pos] = prio // the run's own priority was handed out
+		}
 		q.dirty++
 		if q.tab.timed {
 			q.procs.dirtied(item, q.now()) // at[pos] is the run's start
@@ -317,11 +334,16 @@ func (q *Queue[T]) addOrdered(item T) bool {
 }
 
 // makeReadyOrdered makes the waiting key at pos (in slot) of the ordered table
-// due now: a key that is only waiting moves to the tail, ready; a
-// processing one becomes processing+dirty. The caller accounts for its
+// due now: a key that is only waiting becomes ready (see promote); a
+// processing one becomes processing+dirty. In a leveled table its run
+// keeps the higher of its priority and prio (the timer passes the lowest
+// there is, so a fired run keeps its own). The caller accounts for its
 // delay entry. q.mu must be held.
-func (q *Queue[T]) makeReadyOrdered(slot, pos int) {
+func (q *Queue[T]) makeReadyOrdered(slot, pos int, prio int32) {
 	t := &q.tab
+	if t.leveled {
+		t.prio[pos] = max(t.prio[pos], prio)
+	}
 	t.flags[pos] &^= fWaiting
 	q.waiting--
 	q.dirty++
@@ -346,6 +368,11 @@ func (q *Queue[T]) toFull() {
 	if q.full {
 		return
 	}
+	if q.tab.leveled {
+		// Only a Store or a map table could take the levels over, and
+		// every path of a leveled queue stays on its table.
+		panic("workqueue: internal error: a leveled table moved to the map")
+	}
 	q.full = true
 	if q.store == nil {
 		// The ordered table lists the processing keys first and then
@@ -362,7 +389,7 @@ func (q *Queue[T]) toFull() {
 				return true
 			})
 		}
-		q.keys.peak, q.keys.burst, q.keys.prev = len(q.keys.m), q.tab.burst, q.tab.prev
+		q.keys.peak, q.keys.burst, q.keys.prev = len(q.keys.m), q.tab.burst, q.tab.lastBurst
 		q.tab = orderedTable[T]{}
 		return
 	}
@@ -673,7 +700,8 @@ func (q *Queue[T]) take(wantPrio bool) (item T, prio int32, waited time.Duration
 	q.dirty--
 	q.processing++
 	if !q.full {
-		// A ready key has only fDirty, and lean keys have priority 0.
+		// A ready key has only fDirty, and lean keys have priority 0
+		// unless the ordered table is leveled.
 		if q.store == nil {
 			item, p := q.tab.take()
 			if q.tab.timed {
@@ -681,7 +709,10 @@ func (q *Queue[T]) take(wantPrio bool) (item T, prio int32, waited time.Duration
 				waited = time.Duration(now - q.tab.at[p])
 				q.tab.at[p], q.tab.gen[p] = now, q.procs.start(item, now)
 			}
-			return item, 0, waited
+			if q.tab.leveled {
+				prio = q.tab.prio[p]
+			}
+			return item, prio, waited
 		}
 		item = q.pop()
 		q.lean.m[item] = fProcessing
@@ -883,13 +914,19 @@ func (q *Queue[T]) dirtyByPriority(m map[int]int) {
 	if q.dirty == 0 {
 		return
 	}
-	c, ok := q.prio.(interface{ countByPriority(map[int]int) })
-	if !ok || q.metrics == nil {
+	var c interface{ countByPriority(map[int]int) }
+	switch {
+	case q.tab.leveled:
+		c = &q.tab
+	default:
+		c, _ = q.prio.(interface{ countByPriority(map[int]int) })
+	}
+	if c == nil || q.metrics == nil {
 		q.scanDirtyByPriority(m)
 		return
 	}
 	c.countByPriority(m)
-	q.procs.eachLive(q.keys.m, func(st keyState) {
+	q.procs.eachLive(q.entry, func(st keyState) {
 		if st.flags&fDirty != 0 {
 			m[int(st.prio)]++
 		}
@@ -899,8 +936,18 @@ func (q *Queue[T]) dirtyByPriority(m map[int]int) {
 // scanDirtyByPriority is dirtyByPriority by one pass over the key table.
 // q.mu must be held.
 func (q *Queue[T]) scanDirtyByPriority(m map[int]int) {
+	if q.tab.leveled {
+		t := &q.tab
+		t.each(func(p int) bool {
+			if t.flags[p]&fDirty != 0 {
+				m[int(t.prio[p])]++
+			}
+			return true
+		})
+		return
+	}
 	if !q.full {
-		m[0] += q.dirty // a lean table's keys all have priority 0
+		m[0] += q.dirty // other lean tables' keys all have priority 0
 		return
 	}
 	for _, st := range q.keys.m {
@@ -977,7 +1024,7 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 			// Its Add came before ShutDown; debouncing only merges
 			// adds, so the run is not lost but due now, in deadline
 			// order.
-			q.markDirtyState(e.item, st, ok, 0, true)
+			q.markDirtyState(e.item, st, ok, math.MinInt32, true) // it keeps its priority
 			flushed++
 			continue
 		}

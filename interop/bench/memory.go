@@ -54,6 +54,11 @@ func memWorkloads[T comparable](suffix string, keys func(n int) []T) []MemWorklo
 			return memoryAfterBurst(keys(n), func() typedQueue[T] { return workqueue.NewWithConfig(cfg()) })
 		}
 	}
+	lowOurs := func(cfg func() workqueue.Config[T]) func(n int) MemResult {
+		return func(n int) MemResult {
+			return memoryAfterBurst(keys(n), func() typedQueue[T] { return lowPriority[T]{workqueue.NewWithConfig(cfg())} })
+		}
+	}
 	return []MemWorkload{
 		{
 			Name: "memory-plain-" + suffix, Doc: "plain queue, " + suffix + " keys", Goal: 0.8,
@@ -74,8 +79,33 @@ func memWorkloads[T comparable](suffix string, keys func(n int) []T) []MemWorklo
 				return workqueue.Config[T]{Store: workqueue.NewPriorityStore[T]()}
 			}), RunTheirs: theirs,
 		},
+		{
+			Name: "memory-priority-low-" + suffix, Goal: 1.0,
+			Doc: "priority store, " + suffix + " keys added at priority -100 " +
+				"(controller-runtime's initial list), against client-go's plain queue",
+			RunOurs: lowOurs(func() workqueue.Config[T] {
+				return workqueue.Config[T]{Store: workqueue.NewPriorityStore[T]()}
+			}),
+			RunTheirs: theirs,
+		},
+		{
+			// Both at once: no goal of its own; see the note in README.
+			Name: "memory-priority-metrics-" + suffix,
+			Doc: "priority store and metrics on, " + suffix + " keys added at priority -100, " +
+				"against client-go's plain queue",
+			RunOurs: lowOurs(func() workqueue.Config[T] {
+				return workqueue.Config[T]{Name: "bench", Metrics: NoopMetrics{}, Store: workqueue.NewPriorityStore[T]()}
+			}),
+			RunTheirs: theirs,
+		},
 	}
 }
+
+// lowPriority is a queue whose Add adds at priority -100, as
+// controller-runtime adds the objects of an informer's initial list.
+type lowPriority[T comparable] struct{ *workqueue.Queue[T] }
+
+func (q lowPriority[T]) Add(k T) { q.AddWithPriority(k, -100) }
 
 // MemoryAfterBurst adds n distinct string keys to a new queue (ours when
 // ours is true, else client-go's), measures the heap, drains them with Get
