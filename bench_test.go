@@ -147,18 +147,43 @@ func BenchmarkAddGetDone(b *testing.B) {
 }
 
 // BenchmarkDuplicateAdds is a hot key: ten events arrive before a worker
-// takes it, and coalesce into one sync.
+// takes it, and coalesce into one sync. impl=floor is floorQueue whose Add
+// does nothing for a key it holds: one lock and one map lookup per
+// duplicate, what interop's hot-key-x10 row calls its floor.
 func BenchmarkDuplicateAdds(b *testing.B) {
-	q := New[string]()
-	key := "default/web"
-	b.ReportAllocs()
-	for b.Loop() {
-		for range 10 {
-			q.Add(key)
-		}
-		k, _ := q.Get()
-		q.Done(k)
+	for _, im := range []struct {
+		name string
+		make func() cycler
+	}{
+		{"impl=queue", func() cycler { return New[string]() }},
+		{"impl=floor", func() cycler { return &coalescingFloor{*newFloor()} }},
+	} {
+		b.Run(im.name, func(b *testing.B) {
+			q := im.make()
+			key := "default/web"
+			b.ReportAllocs()
+			for b.Loop() {
+				for range 10 {
+					q.Add(key)
+				}
+				k, _ := q.Get()
+				q.Done(k)
+			}
+		})
 	}
+}
+
+// coalescingFloor is floorQueue whose Add looks the key up first and leaves
+// a key it holds alone.
+type coalescingFloor struct{ floorQueue }
+
+func (f *coalescingFloor) Add(k string) {
+	f.mu.Lock()
+	if _, ok := f.keys[k]; !ok {
+		f.keys[k] = floorKey{state: 1}
+		f.ring.Push(k)
+	}
+	f.mu.Unlock()
 }
 
 // BenchmarkBurst is a resync: many distinct keys are added, then drained.

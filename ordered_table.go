@@ -77,20 +77,7 @@ import "hash/maphash"
 // The zero orderedTable is empty and allocates nothing until its first key.
 // Not safe for concurrent use; the queue calls it under its lock.
 type orderedTable[T comparable] struct {
-	seed  maphash.Seed
-	index []uint64
-	columns[T]
-	timed bool
-	// delayed is set by the first AddAfter: from then on the table keeps
-	// deadlines, and waiting keys have entries anywhere in the log (Get
-	// passes over them; the timer moves them to the tail when they
-	// become ready).
-	delayed bool
-	// leveled is set for a queue with the built-in priority store, before
-	// the first key: the table keeps priorities and levels (lv).
-	leveled bool
-	lv      tableLevels
-
+	// The fields Add, Get and Done use come first, together (see Queue).
 	head int // first entry that may be ready
 	tail int // next entry to append
 	// readyEnd is one past the last entry made ready: every ready entry
@@ -99,6 +86,19 @@ type orderedTable[T comparable] struct {
 	readyEnd int
 	live     int // keys in the table: live entries, and occupied index slots
 	ready    int // ready entries: at or after head, or in a level
+	timed    bool
+	// delayed is set by the first AddAfter: from then on the table keeps
+	// deadlines, and waiting keys have entries anywhere in the log (Get
+	// passes over them; the timer moves them to the tail when they
+	// become ready).
+	delayed bool
+	// leveled is set for a queue with the built-in priority store, before
+	// the first key: the table keeps priorities and levels (lv).
+	leveled bool
+	seed    maphash.Seed
+	index   []uint64
+	columns[T]
+	lv tableLevels
 
 	burst     int // most live keys since the table was last empty
 	lastBurst int // burst's value when the table last emptied

@@ -48,6 +48,19 @@ func TestPriorityQueueMerge(t *testing.T) {
 	require.Equal(t, workqueue.Stats{}, q.Stats())
 }
 
+// A plain Add is a run at priority 0, so it raises a key that is ready
+// below 0 (the duplicate-Add fast path must not take it for a duplicate).
+func TestPriorityQueuePlainAddRaisesNegative(t *testing.T) {
+	q := newPriorityQueue()
+	q.AddWithPriority("listed", -100)
+	q.AddWithPriority("cold", -100)
+	q.Add("event-1")
+	q.Add("listed")  // raised to 0: to the back of level 0
+	q.Add("event-1") // a plain duplicate
+	q.Add("event-2")
+	require.Equal(t, []string{"event-1", "listed", "event-2", "cold"}, drain(q))
+}
+
 func TestPriorityQueueKeepsPriorityThroughProcessing(t *testing.T) {
 	q := newPriorityQueue()
 	q.Add("a")
