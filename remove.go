@@ -16,7 +16,9 @@ package workqueue
 // they were pushed, which holds for FIFO stores (the default, client-go's)
 // and within one tenant of the fair store. The priority store does better:
 // it has an index, so the queue cuts the key out of it in O(1) and no ghost
-// is left (storeRemover).
+// is left (storeRemover). So does the ordered table (a queue without a
+// Store, or with the built-in priority store, whose levels it keeps): the
+// removed entry dies, or is unlinked from its level.
 //
 // Ghosts must not pile up (a key added and removed over and over with no
 // Get would grow the store without bound), so once they outnumber the live
