@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // checkLevels verifies the structure of a leveled table: every ready entry
@@ -183,6 +185,51 @@ func TestLeveledQueueModel(t *testing.T) {
 				if fault := checkLevels(&q.tab); fault != "" || len(q.tab.lv.heap) != 0 || len(q.tab.keys) > minLog {
 					t.Fatalf("after the drain: %q, %d levels, log of %d", fault, len(q.tab.lv.heap), len(q.tab.keys))
 				}
+			})
+		})
+	}
+}
+
+// A queue with the built-in priority store allocates nothing in steady
+// state, with metrics or without: keys at three priorities are added,
+// raised, retried with a delay and finished over and over, so that levels
+// empty and come back (kept for reuse) and the log compacts in place.
+func TestLeveledSteadyStateAllocatesNothing(t *testing.T) {
+	for _, metrics := range []bool{false, true} {
+		t.Run(fmt.Sprint("metrics=", metrics), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := Config[int]{Store: NewPriorityStore[int]()}
+				if metrics {
+					cfg.Name, cfg.Metrics = "steady", nopProvider{}
+				}
+				q := NewWithConfig(cfg)
+				const n = 64
+				for i := range n {
+					q.AddWithPriority(i, -100)
+				}
+				round := 0
+				cycle := func() {
+					round++
+					k, _, _ := q.GetWithPriority()
+					q.AddWithPriority((k+7)%n, 5) // raise another, if it is ready
+					if round%3 == 0 {
+						q.AddAfterWithPriority(k, time.Millisecond, 0) // a retry
+					} else {
+						q.AddWithPriority(k, -100) // due again at Done
+					}
+					q.Done(k)
+					if round%5 == 0 {
+						delayAdvance(time.Millisecond)
+					}
+				}
+				for range 10 * n { // warm up: every structure at its steady size
+					cycle()
+				}
+				require.Zero(t, testing.AllocsPerRun(1000, cycle), "a steady priority queue should not allocate")
+				q.mu.Lock()
+				fault := checkLevels(&q.tab)
+				q.mu.Unlock()
+				require.Empty(t, fault)
 			})
 		})
 	}
