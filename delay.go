@@ -218,9 +218,9 @@ func (q *Queue[T]) fire() {
 	// goroutine were descheduled before counting, a scrape after that
 	// key's run would show more runs than adds (kubemetrics'
 	// TestSeriesLikeClientGo did, under -race on a loaded machine). Add
-	// counts after the lock: its
-	// caller is the one that made the key visible, and the timer is not a
-	// hot path, so only here is the count moved inside.
+	// counts after the lock: its caller is the one that made the key
+	// visible, and the timer is not a hot path, so only here is the count
+	// moved inside.
 	if q.metrics != nil {
 		for range added {
 			q.metrics.Added()

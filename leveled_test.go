@@ -29,7 +29,7 @@ func checkLevels[T comparable](tab *orderedTable[T]) string {
 		if i > 0 && tab.lv.heap[(i-1)/2].prio < l.prio {
 			return fmt.Sprintf("heap[%d] (prio %d) is above its parent", i, l.prio)
 		}
-		if tab.lv.byPrio.m[int32(l.prio)] != l {
+		if tab.lv.byPrio.m[l.prio] != l {
 			return fmt.Sprintf("level %d is not in byPrio", l.prio)
 		}
 		if l.n == 0 {

@@ -113,3 +113,61 @@ func (h levelHeap[L]) below(prev L) L {
 	}
 	return l
 }
+
+// levelSet is the levels of one priority structure: the non-empty ones, by
+// priority and in the heap, the level used last (successive keys at one
+// priority, the usual case, skip the map), and emptied levels kept for
+// reuse, so that a priority that comes and goes (fresh events jumping a
+// resync) does not allocate each time. E is the level type, L a pointer to
+// it. The zero levelSet is empty.
+type levelSet[E any, L interface {
+	*E
+	leveled
+}] struct {
+	byPrio shrinkingMap[int, L]
+	heap   levelHeap[L]
+	last   L
+	spare  []*E // len <= maxSpareLevels
+}
+
+// find returns the level of priority p, or the zero L if p has no ready
+// key.
+func (s *levelSet[E, L]) find(p int) L {
+	var zero L
+	if l := s.last; l != zero && l.pos().prio == p {
+		return l
+	}
+	return s.byPrio.m[p]
+}
+
+// get returns the level of priority p, making it (a spare one if there is
+// one) if p has no ready key, and remembers it as the last used.
+func (s *levelSet[E, L]) get(p int) L {
+	var zero L
+	l := s.find(p)
+	if l == zero {
+		l = L(reuse(&s.spare))
+		l.pos().prio = p
+		s.byPrio.put(p, l)
+		s.heap.push(l)
+	}
+	s.last = l
+	return l
+}
+
+// drop takes l, which has no ready key left, out of the set. It keeps l
+// for reuse if reusable and there is room, and reports whether it did: the
+// caller then empties l before it is handed out again.
+func (s *levelSet[E, L]) drop(l L, reusable bool) (kept bool) {
+	s.heap.remove(l.pos().hi)
+	s.byPrio.del(l.pos().prio)
+	if s.last == l {
+		var zero L
+		s.last = zero
+	}
+	if !reusable || len(s.spare) == maxSpareLevels {
+		return false
+	}
+	s.spare = append(s.spare, (*E)(l))
+	return true
+}

@@ -98,7 +98,7 @@ type orderedTable[T comparable] struct {
 	seed    maphash.Seed
 	index   []uint64
 	columns[T]
-	lv tableLevels
+	lv levelSet[tableLevel, *tableLevel] // leveled only: the non-empty levels (levels.go)
 
 	burst     int // most live keys since the table was last empty
 	lastBurst int // burst's value when the table last emptied
@@ -580,17 +580,6 @@ func (t *orderedTable[T]) raise(pos int, prio int32) {
 	}
 }
 
-// tableLevels are the levels of a leveled table: for each priority with a
-// ready key, the list of its ready entries, linked through the log.
-type tableLevels struct {
-	byPrio shrinkingMap[int32, *tableLevel] // non-empty levels only
-	heap   levelHeap[*tableLevel]           // the same levels (levels.go)
-	// last is the level of the latest link, or nil: successive links at
-	// one priority (a plain Add is always 0) skip byPrio.
-	last  *tableLevel
-	spare []*tableLevel // emptied levels kept for reuse, len <= maxSpareLevels
-}
-
 // tableLevel is one level: its oldest and newest ready entries (positions
 // plus one) and how many it has.
 type tableLevel struct {
@@ -604,18 +593,7 @@ func (l *tableLevel) pos() *heapPos { return &l.heapPos }
 // link puts the ready entry at p at the back of its priority's level,
 // making the level if the priority had no ready key.
 func (t *orderedTable[T]) link(p int) {
-	prio := t.prio[p]
-	lv := &t.lv
-	l := lv.last
-	if l == nil || l.prio != int(prio) {
-		if l = lv.byPrio.m[prio]; l == nil {
-			l = reuse(&lv.spare)
-			l.prio = int(prio)
-			lv.byPrio.put(prio, l)
-			lv.heap.push(l)
-		}
-		lv.last = l
-	}
+	l := t.lv.get(int(t.prio[p]))
 	u := uint32(p + 1)
 	t.prev[p], t.next[p] = l.last, 0
 	if l.last == 0 {
@@ -629,11 +607,7 @@ func (t *orderedTable[T]) link(p int) {
 
 // unlink takes the ready entry at p out of its level's list.
 func (t *orderedTable[T]) unlink(p int) {
-	l := t.lv.last
-	if l == nil || l.prio != int(t.prio[p]) {
-		l = t.lv.byPrio.m[t.prio[p]]
-	}
-	t.unlinkFrom(l, p)
+	t.unlinkFrom(t.lv.find(int(t.prio[p])), p)
 }
 
 // unlinkFrom is unlink for a caller that has found the level, l. A level
@@ -652,18 +626,8 @@ func (t *orderedTable[T]) unlinkFrom(l *tableLevel, p int) {
 		t.prev[nx-1] = pv
 	}
 	t.prev[p], t.next[p] = 0, 0
-	if l.n--; l.n > 0 {
-		return
-	}
-	lv := &t.lv
-	lv.heap.remove(l.hi)
-	lv.byPrio.del(int32(l.prio))
-	if lv.last == l {
-		lv.last = nil
-	}
-	if len(lv.spare) < maxSpareLevels {
+	if l.n--; l.n == 0 && t.lv.drop(l, true) {
 		*l = tableLevel{}
-		lv.spare = append(lv.spare, l)
 	}
 }
 

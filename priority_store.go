@@ -70,13 +70,8 @@ func (l *prioLevel[T]) at(pos uint64) *prioEntry[T] {
 // The zero value is an empty store ready to use. It is not safe for
 // concurrent use: the queue calls it under its lock.
 type priorityStore[T comparable] struct {
-	index  shrinkingMap[T, prioSlot]        // every key in the store
-	levels shrinkingMap[int, *prioLevel[T]] // priority -> its level, non-empty levels only
-	heap   levelHeap[*prioLevel[T]]         // max-heap by prio of the same levels (levels.go)
-	// last is the level of the latest push, or nil: successive pushes at
-	// one priority (plain Add is always 0) skip the levels map.
-	last  *prioLevel[T]
-	spare []*prioLevel[T] // released levels for reuse, len <= maxSpareLevels
+	index  shrinkingMap[T, prioSlot]             // every key in the store
+	levels levelSet[prioLevel[T], *prioLevel[T]] // the non-empty levels (levels.go)
 }
 
 // NewPriorityStore returns a Store that hands out keys by priority, higher
@@ -155,10 +150,7 @@ func (s *priorityStore[T]) remove(item T) bool {
 // cut leaves a hole where the index says a key sits (sl), and sheds what
 // its level no longer needs. The caller updates the index.
 func (s *priorityStore[T]) cut(sl prioSlot) {
-	l := s.last
-	if l == nil || l.prio != sl.prio {
-		l = s.levels.m[sl.prio]
-	}
+	l := s.levels.find(sl.prio)
 	*l.at(sl.pos) = prioEntry[T]{}
 	l.live--
 	s.shed(l)
@@ -168,14 +160,14 @@ func (s *priorityStore[T]) cut(sl prioSlot) {
 // priority, for the queue's metrics. O(levels): the heap holds exactly the
 // levels with live keys.
 func (s *priorityStore[T]) countByPriority(m map[int]int) {
-	for _, l := range s.heap {
+	for _, l := range s.levels.heap {
 		m[l.prio] += l.live
 	}
 }
 
 // Pop removes and returns the oldest key of the highest priority. Len() > 0.
 func (s *priorityStore[T]) Pop() T {
-	l := s.heap[0]
+	l := s.levels.heap[0]
 	e := l.fifo.Pop()
 	l.off++
 	for !e.ok { // skip holes left by Raise
@@ -204,20 +196,7 @@ func (s *priorityStore[T]) add(l *prioLevel[T], item T) {
 
 // level returns the level of priority p, creating it (and putting it in the
 // heap) if p has no ready key.
-func (s *priorityStore[T]) level(p int) *prioLevel[T] {
-	if l := s.last; l != nil && l.prio == p {
-		return l
-	}
-	l := s.levels.m[p]
-	if l == nil {
-		l = reuse(&s.spare)
-		l.prio = p
-		s.levels.put(p, l)
-		s.heap.push(l)
-	}
-	s.last = l
-	return l
-}
+func (s *priorityStore[T]) level(p int) *prioLevel[T] { return s.levels.get(p) }
 
 // shed gives back what l no longer needs after it lost a live key: the
 // whole level if that was its last one, else its holes once they outnumber
@@ -235,18 +214,12 @@ func (s *priorityStore[T]) shed(l *prioLevel[T]) {
 // release removes l, which has no live key, from the heap and the levels
 // map, and keeps it for reuse if there is room and its ring is small.
 func (s *priorityStore[T]) release(l *prioLevel[T]) {
-	s.heap.remove(l.hi)
-	s.levels.del(l.prio)
-	if s.last == l {
-		s.last = nil
-	}
-	if len(s.spare) == maxSpareLevels || len(l.fifo.buf) > minRing {
+	if !s.levels.drop(l, len(l.fifo.buf) <= minRing) {
 		return // dropped with whatever holes it still has
 	}
 	clear(l.fifo.buf) // only holes remain, already zero; cheap at minRing
 	l.fifo.head, l.fifo.n = 0, 0
 	l.off, l.live = 0, 0
-	s.spare = append(s.spare, l)
 }
 
 // compact drops the holes of l, keeping its live entries in order, and
@@ -272,7 +245,7 @@ func (s *priorityStore[T]) compact(l *prioLevel[T]) {
 func (s *priorityStore[T]) each(yield func(T) bool) {
 	var prev *prioLevel[T]
 	for {
-		l := s.heap.below(prev)
+		l := s.levels.heap.below(prev)
 		if l == nil {
 			return
 		}

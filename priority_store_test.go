@@ -121,9 +121,9 @@ func TestPriorityStoreMemoryFollowsLiveKeys(t *testing.T) {
 				s.Pop()
 			}
 			checkPriorityStore(t, s)
-			require.LessOrEqual(t, priorityStoreSlots(s), 8*s.Len()+minRing*len(s.heap),
+			require.LessOrEqual(t, priorityStoreSlots(s), 8*s.Len()+minRing*len(s.levels.heap),
 				"ring slots must follow the 100 live keys, not the 100k peak")
-			require.LessOrEqual(t, cap(s.heap), max(64, 8*len(s.heap)),
+			require.LessOrEqual(t, cap(s.levels.heap), max(64, 8*len(s.levels.heap)),
 				"the heap must shrink with the levels")
 			for s.Len() > 0 {
 				s.Pop()
@@ -132,10 +132,10 @@ func TestPriorityStoreMemoryFollowsLiveKeys(t *testing.T) {
 			require.Empty(t, s.index.m)
 			require.Less(t, s.index.peak, shrinkMin,
 				"the index must be rebuilt small after the burst (a Go map never shrinks)")
-			require.Empty(t, s.levels.m, "no level may outlive its keys")
-			require.Less(t, s.levels.peak, shrinkMin, "the levels map must be rebuilt small")
-			require.Empty(t, s.heap, "the heap holds only non-empty levels")
-			require.LessOrEqual(t, cap(s.heap), 64, "the heap must give back its array")
+			require.Empty(t, s.levels.byPrio.m, "no level may outlive its keys")
+			require.Less(t, s.levels.byPrio.peak, shrinkMin, "the levels map must be rebuilt small")
+			require.Empty(t, s.levels.heap, "the heap holds only non-empty levels")
+			require.LessOrEqual(t, cap(s.levels.heap), 64, "the heap must give back its array")
 			require.LessOrEqual(t, priorityStoreSlots(s), maxSpareLevels*minRing,
 				"only the few spare levels may keep a small ring")
 		})
@@ -159,7 +159,7 @@ func TestPriorityStoreRaiseCompacts(t *testing.T) {
 		}
 	}
 	checkPriorityStore(t, s)
-	l0 := s.levels.m[0]
+	l0 := s.levels.byPrio.m[0]
 	require.Equal(t, 10, l0.live, "level 0 keeps the keys not raised")
 	require.LessOrEqual(t, l0.fifo.Len(), 2*l0.live, "holes may not outnumber live keys")
 	for range n - 10 {
@@ -228,10 +228,10 @@ func requireCollected(t *testing.T, collected <-chan struct{}, what string) {
 // included.
 func priorityStoreSlots[T comparable](s *priorityStore[T]) int {
 	n := 0
-	for _, l := range s.heap {
+	for _, l := range s.levels.heap {
 		n += len(l.fifo.buf)
 	}
-	for _, l := range s.spare {
+	for _, l := range s.levels.spare {
 		n += len(l.fifo.buf)
 	}
 	return n
@@ -241,14 +241,14 @@ func priorityStoreSlots[T comparable](s *priorityStore[T]) int {
 // memory claims rest on.
 func checkPriorityStore[T comparable](t *testing.T, s *priorityStore[T]) {
 	t.Helper()
-	require.Len(t, s.levels.m, len(s.heap), "the heap and the levels map hold the same levels")
+	require.Len(t, s.levels.byPrio.m, len(s.levels.heap), "the heap and the levels map hold the same levels")
 	live := 0
-	for i, l := range s.heap {
+	for i, l := range s.levels.heap {
 		require.Equal(t, i, l.hi, "level %d must know its heap index", l.prio)
 		if i > 0 {
-			require.Greater(t, s.heap[(i-1)/2].prio, l.prio, "heap order at %d", i)
+			require.Greater(t, s.levels.heap[(i-1)/2].prio, l.prio, "heap order at %d", i)
 		}
-		require.Same(t, l, s.levels.m[l.prio], "levels map entry of %d", l.prio)
+		require.Same(t, l, s.levels.byPrio.m[l.prio], "levels map entry of %d", l.prio)
 		require.Positive(t, l.live, "level %d is in the heap with no live key", l.prio)
 		require.LessOrEqual(t, l.fifo.Len(), 2*l.live, "level %d: holes outnumber live keys", l.prio)
 		n := 0
@@ -265,11 +265,11 @@ func checkPriorityStore[T comparable](t *testing.T, s *priorityStore[T]) {
 		live += n
 	}
 	require.Equal(t, live, s.Len(), "every indexed key is live in its level")
-	if s.last != nil {
-		require.Same(t, s.last, s.levels.m[s.last.prio], "last must be a level in use")
+	if s.levels.last != nil {
+		require.Same(t, s.levels.last, s.levels.byPrio.m[s.levels.last.prio], "last must be a level in use")
 	}
-	require.LessOrEqual(t, len(s.spare), maxSpareLevels)
-	for _, l := range s.spare {
+	require.LessOrEqual(t, len(s.levels.spare), maxSpareLevels)
+	for _, l := range s.levels.spare {
 		require.Zero(t, l.fifo.Len(), "a spare level is empty")
 		require.LessOrEqual(t, len(l.fifo.buf), minRing, "a spare level keeps a small ring")
 	}

@@ -106,8 +106,9 @@ type Queue[T comparable] struct {
 	// metrics is nil without metrics; then procs and keyState.at are
 	// unused and no clock is read on Add, Get or Done.
 	metrics QueueMetrics
-	// The ready keys: in fifo (or tab) unless Config.Store gave a store.
-	// prio is store again when it is a PriorityStore, else nil.
+	// The ready keys are in tab (or in fifo, once the table is full)
+	// unless Config.Store gave another store; prio is that store again
+	// when it is a PriorityStore, else nil.
 	store Store[T]
 	// quiet and maxWait are Config.Debounce in nanoseconds (quiet == 0:
 	// off), and bounce holds the debounced keys' bursts (debounce.go).
@@ -948,12 +949,9 @@ func (q *Queue[T]) dirtyByPriority(m map[int]int) {
 	if q.dirty == 0 {
 		return
 	}
-	var c interface{ countByPriority(map[int]int) }
-	switch {
-	case q.tab.leveled:
+	c, _ := q.prio.(interface{ countByPriority(map[int]int) })
+	if q.tab.leveled {
 		c = &q.tab
-	default:
-		c, _ = q.prio.(interface{ countByPriority(map[int]int) })
 	}
 	if c == nil || q.metrics == nil {
 		q.scanDirtyByPriority(m)
