@@ -23,7 +23,7 @@ func (q *Queue[T]) AddAfterWithPriority(item T, d time.Duration, priority int) {
 }
 
 func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
-	q.mu.Lock()
+	q.lock()
 	if q.shuttingDown {
 		q.mu.Unlock()
 		return
@@ -186,7 +186,7 @@ func (q *Queue[T]) arm(now int64) {
 // fire runs on the timer's goroutine at a deadline: every key whose deadline
 // has passed becomes dirty, exactly as if Add had been called for it then.
 func (q *Queue[T]) fire() {
-	q.mu.Lock()
+	q.lock()
 	ds := &q.delay
 	ds.timerSet = false
 	now := q.now()

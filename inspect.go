@@ -172,7 +172,7 @@ func (q *Queue[T]) InspectLimited(l InspectLimits) []KeyInfo[T] {
 // (client-go has no such question: IsEnqueued, IsAdded) without a
 // snapshot.
 func (q *Queue[T]) State(item T) KeyState {
-	q.mu.Lock()
+	q.lock()
 	st, ok := q.entry(item)
 	q.mu.Unlock()
 	if !ok {
@@ -256,7 +256,7 @@ func (q *Queue[T]) readyOrdered() bool {
 // inspect takes the snapshot: at most l.Processing, l.Waiting and l.Ready
 // keys of each part, and at most total in all, filled in that order.
 func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
-	q.mu.Lock()
+	q.lock()
 	defer q.mu.Unlock()
 	total = max(total, 0)
 	np := min(max(l.Processing, 0), q.processing) // l.Processing <= total

@@ -198,7 +198,9 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 // again after its Done. A key waiting for an AddAfter deadline becomes ready
 // now. After ShutDown, Add does nothing.
 func (q *Queue[T]) Add(item T) {
-	q.mu.Lock()
+	if !q.mu.TryLock() { // q.lock(), spelled out: it is over the inlining budget
+		lockContended(&q.mu)
+	}
 	if q.store == nil && q.metrics == nil && q.quiet == 0 && !q.shuttingDown {
 		// The common cases of a plain queue, spelled out: a new key is
 		// pushed, a key already in the FIFO keeps its place.
@@ -262,7 +264,7 @@ func clampPrio(p int) int32 {
 }
 
 func (q *Queue[T]) addPrio(item T, prio int32) {
-	q.mu.Lock()
+	q.lock()
 	q.addLocked(item, prio)
 }
 
@@ -631,7 +633,7 @@ func (q *Queue[T]) wakeWhenDone(ctx context.Context) (stop func() bool) {
 		return func() bool { return false }
 	}
 	return context.AfterFunc(ctx, func() {
-		q.mu.Lock()
+		q.lock()
 		q.cond.Broadcast()
 		q.mu.Unlock()
 	})
@@ -664,7 +666,9 @@ func (q *Queue[T]) GetWithPriority() (item T, priority int, shutdown bool) {
 }
 
 func (q *Queue[T]) get(wantPrio bool) (item T, prio int32, shutdown bool) {
-	q.mu.Lock()
+	if !q.mu.TryLock() { // q.lock(), spelled out: it is over the inlining budget
+		lockContended(&q.mu)
+	}
 	for q.ready() == 0 && !q.shuttingDown {
 		q.getters++
 		q.wait()
@@ -689,7 +693,7 @@ func (q *Queue[T]) get(wantPrio bool) (item T, prio int32, shutdown bool) {
 // marked processing, or left ready for another getter: never lost.
 func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 	var zero T
-	q.mu.Lock()
+	q.lock()
 	if err := ctx.Err(); err != nil {
 		q.mu.Unlock()
 		return zero, err
@@ -775,7 +779,9 @@ func (q *Queue[T]) take(wantPrio bool) (item T, prio int32, waited time.Duration
 // it becomes ready (at the tail of the store), or waiting if it was added
 // with AddAfter. Done of a key that is not processing does nothing.
 func (q *Queue[T]) Done(item T) {
-	q.mu.Lock()
+	if !q.mu.TryLock() { // q.lock(), spelled out: it is over the inlining budget
+		lockContended(&q.mu)
+	}
 	if !q.full {
 		q.doneLean(item)
 		return
@@ -912,14 +918,14 @@ func (q *Queue[T]) runOf(item T) (gen uint16, ok bool) {
 // Len returns the number of ready keys, as client-go's Len does: keys
 // waiting for a deadline or processing are not counted (see Stats).
 func (q *Queue[T]) Len() int {
-	q.mu.Lock()
+	q.lock()
 	defer q.mu.Unlock()
 	return q.ready()
 }
 
 // Stats returns the queue's counts, all taken at one moment.
 func (q *Queue[T]) Stats() Stats {
-	q.mu.Lock()
+	q.lock()
 	defer q.mu.Unlock()
 	s := Stats{
 		Ready:      q.ready(),
@@ -944,7 +950,7 @@ func (q *Queue[T]) Stats() Stats {
 // (or a queue whose provider gave no QueueMetrics, so no processing set)
 // costs one pass over the key table, about 60 ns a key.
 func (q *Queue[T]) dirtyByPriority(m map[int]int) {
-	q.mu.Lock()
+	q.lock()
 	defer q.mu.Unlock()
 	if q.dirty == 0 {
 		return
@@ -1002,7 +1008,7 @@ func (q *Queue[T]) scanDirtyByPriority(m map[int]int) {
 // leaving the keys still ready or processing to the workers. This is the
 // "drain on the first signal, force on the second" of client-go.
 func (q *Queue[T]) ShutDown() {
-	q.mu.Lock()
+	q.lock()
 	first, flushed := q.shutDownLocked()
 	if q.drainers > 0 {
 		q.interrupts++
@@ -1087,7 +1093,7 @@ func (q *Queue[T]) ShutDownWithDrain() {
 // ready or processing are left to the workers. A second drain neither ends
 // nor is ended by the first: each waits for the queue to empty.
 func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
-	q.mu.Lock()
+	q.lock()
 	// Shutting down and starting to wait happen under one hold of the
 	// lock: a ShutDown that comes after this drain has shut the queue
 	// down (ShuttingDown reports true) always finds it waiting.
@@ -1106,7 +1112,7 @@ func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
 	}
 
 	var err error
-	q.mu.Lock()
+	q.lock()
 	defer q.wakeWhenDone(ctx)()
 	for q.ready() > 0 || q.processing > 0 {
 		if q.interrupts != epoch {
@@ -1125,7 +1131,7 @@ func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
 
 // ShuttingDown reports whether ShutDown (or a drain) has been called.
 func (q *Queue[T]) ShuttingDown() bool {
-	q.mu.Lock()
+	q.lock()
 	defer q.mu.Unlock()
 	return q.shuttingDown
 }

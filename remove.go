@@ -63,7 +63,7 @@ const maxGhosts = 64
 // follow at once: depth and the waiting gauge drop, and a removed key
 // records no queue latency.
 func (q *Queue[T]) Remove(item T) bool {
-	q.mu.Lock()
+	q.lock()
 	defer q.mu.Unlock()
 	var removed bool
 	switch {

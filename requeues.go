@@ -160,7 +160,7 @@ func (q *RateLimitingQueue[T]) MostRequeued(n int) []KeyInfo[T] {
 				return nil
 			}
 			out := make([]KeyInfo[T], len(top))
-			q.mu.Lock()
+			q.lock()
 			for i, kc := range top {
 				out[i] = q.infoOf(kc.key)
 				out[i].Requeues = kc.n
