@@ -64,7 +64,7 @@ func memWorkloads[T comparable](suffix string, keys func(n int) []T) []MemWorklo
 			Name: "memory-plain-" + suffix, Doc: "plain queue, " + suffix + " keys", Goal: 0.8,
 			RunOurs: ours(func() workqueue.Config[T] { return workqueue.Config[T]{} }), RunTheirs: theirs,
 			RunFloor: func(n int) MemResult {
-				return memoryAfterBurst(keys(n), func() typedQueue[T] { return newFloorCond[T]() })
+				return memoryAfterBurst(keys(n), func() typedQueue[T] { return newFloorCond[T](false) })
 			},
 		},
 		{

@@ -71,7 +71,7 @@ func clientGoMutex[T comparable](q clientworkqueue.TypedInterface[T]) *sync.Mute
 }
 
 // ModeQueues are the queues ModeRound compares, by name.
-var ModeQueues = []string{"ours", "client-go", "floor"}
+var ModeQueues = []string{"ours", "client-go", "floor", "floor-backoff"}
 
 // ModeRound runs distinct-x8-int (mult = 8) or the 2x32 worker pool (mult
 // = 0) once on the named queue with testing.Benchmark (so for
@@ -95,7 +95,11 @@ func ModeRound(queue string, mult int, every time.Duration) ModeResult {
 			current.Store(clientGoMutex[int](q))
 			return q
 		case "floor":
-			q := newFloorCond[int]()
+			q := newFloorCond[int](false)
+			current.Store(&q.mu)
+			return q
+		case "floor-backoff":
+			q := newFloorCond[int](true)
 			current.Store(&q.mu)
 			return q
 		}

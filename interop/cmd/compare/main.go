@@ -461,7 +461,9 @@ func (rep report) perfMD(table string) string {
 	sb.WriteString("- `floor/theirs`: the same workload on a floor (bench/floor.go), which does only the work its protocol " +
 		"cannot avoid and nothing else; no queue can do better on this machine, so a goal below the floor's ratio is out of reach here. " +
 		"addafter-10k has two: `slots` keeps key state in an array reached through an index, `map` in a map of states as ours does. " +
-		"The contention rows' `plain` floor is one sync.Mutex, a map, a slice and a sync.Cond. Where a floor has a goal, ours/floor is " +
+		"The contention rows' `plain` floor is one sync.Mutex, a map, a slice and a sync.Cond (the floor DESIGN.md names); their `backoff` floor is the same " +
+		"code taking its lock as our queue does (a TryLock that backs off before it parks, lock.go in the core module), the floor for a queue with that lock. " +
+		"Where a floor has a goal, ours/floor is " +
 		"the median of each round's ratio of ours to that floor.\n")
 	sb.WriteString("- `memory-*`: live heap (after GC) grown by adding that many distinct keys to our queue in the named configuration, " +
 		"against client-go's plain queue with the same keys, and what ours still holds once they are all drained while the queue is " +

@@ -39,7 +39,7 @@ func main() {
 		name string
 		mult int
 	}{{"distinct-x8-int", 8}, {"pool-2x32-int", 0}} {
-		fmt.Printf("%s\n%-6s %-10s %10s %10s\n", w.name, "round", "queue", "ns/op", "starving")
+		fmt.Printf("%s\n%-6s %-14s %10s %10s\n", w.name, "round", "queue", "ns/op", "starving")
 		byQueue := map[string][]bench.ModeResult{}
 		for r := range *rounds {
 			order := slices.Clone(bench.ModeQueues)
@@ -49,7 +49,7 @@ func main() {
 			for _, q := range order {
 				res := bench.ModeRound(q, w.mult, *every)
 				byQueue[q] = append(byQueue[q], res)
-				fmt.Printf("%-6d %-10s %10.1f %9.1f%%\n", r+1, q, res.NsPerOp, 100*res.Starving)
+				fmt.Printf("%-6d %-14s %10.1f %9.1f%%\n", r+1, q, res.NsPerOp, 100*res.Starving)
 			}
 		}
 		fmt.Println()
