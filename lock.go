@@ -36,14 +36,16 @@ var multicore = runtime.NumCPU() > 1
 // the unlocker's P, and the two cores then take turns at the lock on almost
 // every operation. Each turn moves the lock word and the queue's hot cache
 // lines from one core to the other, and on a host where that transfer is
-// slow (on our 2-vCPU machines, for minutes at a time, one atomic add on a
-// line held by the other core costs 60 ns and more) Add, Get and Done cost
-// 1-2 µs each under contention, for client-go's queue, for ours and for a
-// forty-line floor alike. A goroutine that backs off instead leaves the
-// lock and the lines to the core that has them, which runs several
-// operations in a row at single-core speed before the other core gets its
-// turn: distinct-x8 in cmd/compare ran 3-4x faster with it in that mode,
-// and faster in the other mode as well (README, Performance).
+// slow (on our 2-vCPU machines, for minutes at a time: in a profile of a
+// floor that spun instead of parking, Unlock, one atomic add, took about 60
+// ns a call) an Add/Get/Done cycle costs 1-2 µs under contention, for
+// client-go's queue, for ours and for a forty-line floor alike. A goroutine
+// that backs off instead leaves the lock and the lines to the core that has
+// them, which runs several operations in a row before the other core gets
+// its turn: distinct-x8 in cmd/compare runs at 220-310 ns/op with it and ran
+// at 1.1-1.4 us/op without it in the same minutes (README, Performance).
+// About a third of the CPU time then goes to the backoff loop, which is the
+// price of leaving the lock alone.
 //
 // The wait is bounded, so a holder that is itself descheduled costs a few
 // µs of spinning before we park. Fairness is sync.Mutex's: a goroutine
