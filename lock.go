@@ -21,9 +21,18 @@ const (
 	lastBackoff  = 4096
 )
 
-// multicore is false on a machine with one CPU, where the holder of the
-// lock cannot run while we wait, so waiting for it is wasted.
-var multicore = runtime.NumCPU() > 1
+// multicore reports whether the program can run more than one goroutine at
+// a time. With one P the holder of the lock cannot run while we wait, so
+// waiting for it is wasted: we park at once.
+//
+// It asks GOMAXPROCS, not NumCPU: in a pod limited to one CPU on a large
+// node NumCPU counts the node's CPUs, while Go sets GOMAXPROCS from the
+// container's CPU limit (and updates it when the limit changes), and a
+// spinner there would keep the holder off the only P. GOMAXPROCS(0) takes
+// the scheduler's lock for a moment; it is read once per contended
+// acquisition, which then waits far longer than that, and never on the
+// uncontended path.
+func multicore() bool { return runtime.GOMAXPROCS(0) > 1 }
 
 // lockContended takes mu after a failed TryLock: it waits a while, tries
 // again, doubling the wait each time, and parks on the mutex (Lock) only
@@ -57,7 +66,7 @@ var multicore = runtime.NumCPU() > 1
 //
 //go:noinline
 func lockContended(mu tryLocker) {
-	if multicore {
+	if multicore() {
 		for n := firstBackoff; n <= lastBackoff; n *= 2 {
 			spinWait(n)
 			if mu.TryLock() {

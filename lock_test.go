@@ -58,12 +58,27 @@ func TestLockContendedBacksOffThenParks(t *testing.T) {
 		}
 	}
 
-	defer func(old bool) { multicore = old }(multicore)
-	multicore = false
-	f := &fakeLock{fails: 100}
-	lockContended(f)
-	if f.tries != 0 || f.lock != 1 {
-		t.Errorf("on one CPU: %d tries and %d Locks, want 0 and 1", f.tries, f.lock)
+}
+
+// With one P (a pod limited to one CPU, however many the node has) a
+// contender parks at once: the holder cannot run while it spins. With two
+// it backs off first. The decision follows GOMAXPROCS, which the test sets,
+// not the machine's CPU count, which it cannot.
+func TestLockContendedFollowsGOMAXPROCS(t *testing.T) {
+	defer func(old func(int) int) { spinWait = old }(spinWait)
+	spinWait = func(int) int { return 0 }
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, procs := range []int{1, 2} {
+		runtime.GOMAXPROCS(procs)
+		f := &fakeLock{fails: 100}
+		lockContended(f)
+		wantTries := 4
+		if procs == 1 {
+			wantTries = 0
+		}
+		if f.tries != wantTries || f.lock != 1 {
+			t.Errorf("GOMAXPROCS=%d: %d tries and %d Locks, want %d and 1", procs, f.tries, f.lock, wantTries)
+		}
 	}
 }
 
