@@ -71,7 +71,7 @@ const never = math.MaxInt64
 // after the first Add of the burst, at priority prio. It never makes a run
 // due later than a fixed time already asked for, and a key already due now
 // keeps its run. q.mu must be held and the queue not shut down.
-func (q *Queue[T]) addDebounced(item T, prio int32) {
+func (q *Queue[T]) addDebounced(item T, prio int) {
 	st, ok := q.keys.m[item]
 	if ok && st.flags&fDirty != 0 {
 		// Due now already: the earliest time wins. Only the priority

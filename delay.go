@@ -19,10 +19,10 @@ func (q *Queue[T]) AddAfter(item T, d time.Duration) { q.addAfter(item, d, 0) }
 // becomes ready with the given priority when its deadline passes. Merging
 // with another pending run keeps the earliest time and the highest priority.
 func (q *Queue[T]) AddAfterWithPriority(item T, d time.Duration, priority int) {
-	q.addAfter(item, d, clampPrio(priority))
+	q.addAfter(item, d, priority)
 }
 
-func (q *Queue[T]) addAfter(item T, d time.Duration, prio int32) {
+func (q *Queue[T]) addAfter(item T, d time.Duration, prio int) {
 	q.lock()
 	if q.shuttingDown {
 		q.mu.Unlock()
@@ -80,7 +80,7 @@ func deadlineAt(now int64, d time.Duration) int64 {
 // full table does: a key due now stays so, a waiting key keeps the earlier
 // deadline, and an absent or only-processing key starts waiting; the
 // priorities of two runs that merge merge upwards. q.mu must be held.
-func (q *Queue[T]) addAfterOrdered(item T, when int64, prio int32) {
+func (q *Queue[T]) addAfterOrdered(item T, when int64, prio int) {
 	t := &q.tab
 	t.enableDelays()
 	h, slot, pos := t.find(item)
@@ -116,7 +116,7 @@ func (q *Queue[T]) addAfterOrdered(item T, when int64, prio int32) {
 // startWaiting gives item, which has no pending run (absent, or processing
 // and not dirty; st is its entry), a run due at when, at priority prio.
 // q.mu must be held.
-func (q *Queue[T]) startWaiting(item T, st keyState, when int64, prio int32) {
+func (q *Queue[T]) startWaiting(item T, st keyState, when int64, prio int) {
 	st.flags |= fWaiting
 	st.when = when
 	st.wseq = q.delay.push(item, when)
@@ -139,7 +139,7 @@ func (q *Queue[T]) moveDeadline(item T, st *keyState, when int64) {
 // than its own, and moves it in the store if the key is ready there and the
 // store is a PriorityStore; it reports whether it moved it. q.mu must be
 // held.
-func (q *Queue[T]) raise(item T, st keyState, prio int32) (moved bool) {
+func (q *Queue[T]) raise(item T, st keyState, prio int) (moved bool) {
 	if prio <= st.prio {
 		return false
 	}
@@ -199,7 +199,7 @@ func (q *Queue[T]) fire() {
 				ds.stale-- // the key was made ready, or moved earlier
 				continue
 			}
-			q.makeReadyOrdered(slot, pos, math.MinInt32) // its run keeps its priority
+			q.makeReadyOrdered(slot, pos, math.MinInt) // its run keeps its priority
 			added++
 			continue
 		}
@@ -208,7 +208,7 @@ func (q *Queue[T]) fire() {
 			ds.stale-- // the key was made ready, or moved earlier
 			continue
 		}
-		if q.markDirtyState(e.item, st, ok, math.MinInt32, true) { // its run keeps its priority
+		if q.markDirtyState(e.item, st, ok, math.MinInt, true) { // its run keeps its priority
 			added++
 		}
 	}

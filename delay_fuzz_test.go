@@ -163,7 +163,7 @@ func newDelayQueueModel() *delayQueueModel {
 
 // noPrio is the priority a run that asks for none merges with: a deadline
 // that passes keeps its run's own.
-const noPrio = math.MinInt32
+const noPrio = math.MinInt
 
 // userAdd is what the Add method does: a run due now, or, with Debounce,
 // due once the key's adds pause for quiet, at most maxWait after the first

@@ -25,7 +25,9 @@ const (
 )
 
 // keyState is what the queue knows of one key. It is stored by value in the
-// table, so it is kept small: 32 bytes.
+// table, so it is kept small: 40 bytes. (prio is a full int, as priorities
+// are in controller-runtime; an int32 kept it at 32 bytes but merged every
+// priority beyond ±2^31 into one.)
 type keyState struct {
 	// at is, in queue clock nanoseconds, when a key that is not
 	// processing became dirty (for queue latency), or when a processing
@@ -39,7 +41,7 @@ type keyState struct {
 	wseq uint64
 	// prio is the priority of the key's pending run (0 for plain Add). It
 	// travels with a processing+dirty key to the store at Done.
-	prio int32
+	prio int
 	// flags holds fDirty, fWaiting and fProcessing.
 	flags uint8
 	// gen is the generation of a processing key's run (with metrics), so

@@ -1,6 +1,8 @@
 package workqueue_test
 
 import (
+	"math"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -168,4 +170,59 @@ func TestGetWithPriority(t *testing.T) {
 		_, _, shutdown = q.GetWithPriority()
 		require.True(t, shutdown)
 	})
+}
+
+// otherPriorityStore hides the built-in priority store behind another type,
+// so that the queue keeps its keys in its map table and asks the store for
+// the order, as with any PriorityStore.
+type otherPriorityStore struct {
+	workqueue.PriorityStore[string]
+}
+
+// TestPriorityQueueFullIntRange checks that every int is a priority of its
+// own in each way the queue keeps priorities: the leveled table (the
+// built-in store), the same with the keys passing through a delay, the map
+// table with Debounce, and the map table with another PriorityStore. Keys
+// are added lowest first, so priorities merged into one level (as an int32
+// once merged 1<<40 and MaxInt) would come out in the wrong order, and the
+// priority handed back must be the one asked for.
+func TestPriorityQueueFullIntRange(t *testing.T) {
+	prios := []int{math.MinInt, math.MinInt32 - 1, math.MinInt32, -1, 0, math.MaxInt32, math.MaxInt32 + 1, 1 << 40, math.MaxInt - 1, math.MaxInt}
+	for _, tc := range []struct {
+		name string
+		cfg  func() workqueue.Config[string]
+		add  func(q *workqueue.Queue[string], k string, p int)
+	}{
+		{"leveled", func() workqueue.Config[string] {
+			return workqueue.Config[string]{Store: workqueue.NewPriorityStore[string]()}
+		}, (*workqueue.Queue[string]).AddWithPriority},
+		{"leveled, after a delay", func() workqueue.Config[string] {
+			return workqueue.Config[string]{Store: workqueue.NewPriorityStore[string]()}
+		}, func(q *workqueue.Queue[string], k string, p int) { q.AddAfterWithPriority(k, time.Second, p) }},
+		{"debounced", func() workqueue.Config[string] {
+			return workqueue.Config[string]{Store: workqueue.NewPriorityStore[string](), Debounce: workqueue.Debounce{Quiet: time.Second, MaxWait: time.Second}}
+		}, (*workqueue.Queue[string]).AddWithPriority},
+		{"another PriorityStore", func() workqueue.Config[string] {
+			return workqueue.Config[string]{Store: otherPriorityStore{workqueue.NewPriorityStore[string]()}}
+		}, (*workqueue.Queue[string]).AddWithPriority},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := workqueue.NewWithConfig(tc.cfg())
+				defer q.ShutDown()
+				for _, p := range prios {
+					tc.add(q, strconv.Itoa(p), p)
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				require.Equal(t, len(prios), q.Len())
+				for i := len(prios) - 1; i >= 0; i-- {
+					k, p, _ := q.GetWithPriority()
+					require.Equal(t, strconv.Itoa(prios[i]), k, "highest priority first")
+					require.Equal(t, prios[i], p, "the priority comes back as asked")
+					q.Done(k)
+				}
+			})
+		})
+	}
 }

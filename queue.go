@@ -253,23 +253,19 @@ func (q *Queue[T]) addPlainFull(item T) {
 // queue whose Config.Store is a PriorityStore (such as NewPriorityStore).
 // Higher runs first. When the key is already due, it keeps the higher of
 // the two priorities: a raise moves it to the back of its new level, a lower
-// priority changes nothing. With any other store it is Add. Priorities
-// outside the int32 range are clamped to it.
+// priority changes nothing. With any other store it is Add. Every int is a
+// priority of its own, math.MinInt to math.MaxInt, as in controller-runtime.
 func (q *Queue[T]) AddWithPriority(item T, priority int) {
-	q.addPrio(item, clampPrio(priority))
+	q.addPrio(item, priority)
 }
 
-func clampPrio(p int) int32 {
-	return int32(min(max(p, math.MinInt32), math.MaxInt32))
-}
-
-func (q *Queue[T]) addPrio(item T, prio int32) {
+func (q *Queue[T]) addPrio(item T, prio int) {
 	q.lock()
 	q.addLocked(item, prio)
 }
 
 // addLocked is Add for a caller that holds q.mu, which it releases.
-func (q *Queue[T]) addLocked(item T, prio int32) {
+func (q *Queue[T]) addLocked(item T, prio int) {
 	if q.shuttingDown {
 		q.mu.Unlock()
 		return
@@ -291,7 +287,7 @@ func (q *Queue[T]) addLocked(item T, prio int32) {
 // markDirty gives item a run due now, at priority prio, following the Add
 // column of the state table. It reports whether the key became dirty (an
 // "add" for metrics). q.mu must be held and the queue not shut down.
-func (q *Queue[T]) markDirty(item T, prio int32) bool {
+func (q *Queue[T]) markDirty(item T, prio int) bool {
 	if !q.full {
 		if prio == 0 || q.tab.leveled {
 			return q.markDirtyLean(item, prio)
@@ -307,7 +303,7 @@ func (q *Queue[T]) markDirty(item T, prio int32) bool {
 // unless the ordered table is leveled: absent becomes ready, processing
 // becomes processing+dirty, a waiting key becomes ready, and a key already
 // due stays so. q.mu must be held.
-func (q *Queue[T]) markDirtyLean(item T, prio int32) bool {
+func (q *Queue[T]) markDirtyLean(item T, prio int) bool {
 	if q.store == nil {
 		h, slot, pos := q.tab.find(item)
 		return q.addOrdered(item, prio, h, slot, pos)
@@ -335,7 +331,7 @@ func (q *Queue[T]) markDirtyLean(item T, prio int32) bool {
 // for the first key of an empty queue: h, slot and pos are what q.tab.find
 // returned for item. prio is 0 unless the table is leveled. q.mu must be
 // held.
-func (q *Queue[T]) addOrdered(item T, prio int32, h uint32, slot, pos int) bool {
+func (q *Queue[T]) addOrdered(item T, prio int, h uint32, slot, pos int) bool {
 	switch {
 	case pos < 0:
 		p := q.tab.insert(item, h, slot, prio)
@@ -376,7 +372,7 @@ func (q *Queue[T]) addOrdered(item T, prio int32, h uint32, slot, pos int) bool 
 // keeps the higher of its priority and prio (the timer passes the lowest
 // there is, so a fired run keeps its own). The caller accounts for its
 // delay entry. q.mu must be held.
-func (q *Queue[T]) makeReadyOrdered(slot, pos int, prio int32) {
+func (q *Queue[T]) makeReadyOrdered(slot, pos int, prio int) {
 	t := &q.tab
 	if t.leveled {
 		t.prio[pos] = max(t.prio[pos], prio)
@@ -444,7 +440,7 @@ func (q *Queue[T]) toFull() {
 // st, ok is its entry in the key table. fired is set by the timer, which
 // has just popped the key's live deadline entry ("deadline passes" in the
 // state table).
-func (q *Queue[T]) markDirtyState(item T, st keyState, ok bool, prio int32, fired bool) bool {
+func (q *Queue[T]) markDirtyState(item T, st keyState, ok bool, prio int, fired bool) bool {
 	if ok && st.flags&fDirty != 0 {
 		// Already due: ready, or processing+dirty. Only the priority
 		// may merge upwards; a ready key that no PriorityStore moved is
@@ -492,13 +488,13 @@ func (q *Queue[T]) markDirtyState(item T, st keyState, ok bool, prio int32, fire
 }
 
 // push puts item into the store and wakes one getter. q.mu must be held.
-func (q *Queue[T]) push(item T, prio int32) {
+func (q *Queue[T]) push(item T, prio int) {
 	q.pushEntry(item, prio)
 	q.wake()
 }
 
 // pushEntry puts item into the store at priority prio. q.mu must be held.
-func (q *Queue[T]) pushEntry(item T, prio int32) {
+func (q *Queue[T]) pushEntry(item T, prio int) {
 	switch {
 	case q.store == nil:
 		q.fifo.Push(item)
@@ -665,7 +661,7 @@ func (q *Queue[T]) GetWithPriority() (item T, priority int, shutdown bool) {
 	return item, int(prio), shutdown
 }
 
-func (q *Queue[T]) get(wantPrio bool) (item T, prio int32, shutdown bool) {
+func (q *Queue[T]) get(wantPrio bool) (item T, prio int, shutdown bool) {
 	if !q.mu.TryLock() { // q.lock(), spelled out: it is over the inlining budget
 		lockContended(&q.mu)
 	}
@@ -735,7 +731,7 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 // priority of the key's run when wantPrio is set, and how long the key was
 // dirty when the queue has metrics. q.mu must be held and a key must be
 // ready.
-func (q *Queue[T]) take(wantPrio bool) (item T, prio int32, waited time.Duration) {
+func (q *Queue[T]) take(wantPrio bool) (item T, prio int, waited time.Duration) {
 	q.dirty--
 	q.processing++
 	if !q.full {
@@ -1062,7 +1058,7 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 			// Its Add came before ShutDown; debouncing only merges
 			// adds, so the run is not lost but due now, in deadline
 			// order.
-			q.markDirtyState(e.item, st, ok, math.MinInt32, true) // it keeps its priority
+			q.markDirtyState(e.item, st, ok, math.MinInt, true) // it keeps its priority
 			flushed++
 			continue
 		}

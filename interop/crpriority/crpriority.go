@@ -14,8 +14,9 @@ import (
 )
 
 // Queue is a RateLimitingQueue over workqueue.NewPriorityStore that also has
-// controller-runtime's AddWithOpts. GetWithPriority comes from the embedded
-// queue, and so does Remove: controller-runtime's PriorityQueue interface
+// controller-runtime's AddWithOpts, and whose Get, GetWithPriority and Len
+// answer as controller-runtime's priority queue does (see each). Remove
+// comes from the embedded queue: controller-runtime's PriorityQueue interface
 // (v0.25) has no equivalent, so controller-runtime never calls it, but code
 // that holds this Queue (an event handler that sees a delete, a sharded
 // controller that loses a key) can cancel a pending run with it. The zero
@@ -63,3 +64,31 @@ func (q *Queue[T]) AddWithOpts(o priorityqueue.AddOpts, items ...T) {
 		}
 	}
 }
+
+// Get is GetWithPriority without the priority.
+func (q *Queue[T]) Get() (item T, shutdown bool) {
+	item, _, shutdown = q.GetWithPriority()
+	return item, shutdown
+}
+
+// GetWithPriority hands out the next ready key and the priority of its run,
+// blocking until there is one. After ShutDown it returns shutdown at once,
+// even while keys are still ready, as controller-runtime's priority queue
+// does: its controller stops taking work when its context ends, and a
+// worker that went on would reconcile every queued request with a cancelled
+// context. (The core queue, like client-go's, keeps handing out ready keys
+// after ShutDown so that a drain can finish them; controller-runtime never
+// drains.) A Get that is blocked when ShutDown comes returns shutdown too.
+func (q *Queue[T]) GetWithPriority() (item T, priority int, shutdown bool) {
+	if q.ShuttingDown() {
+		return item, 0, true
+	}
+	return q.RateLimitingQueue.GetWithPriority()
+}
+
+// Len reports the keys due for a run that Get has not handed out: the ready
+// keys and the keys added again while they are processing, which run after
+// their Done. controller-runtime counts both (a re-added key waits in its
+// ready tree, locked until Done); keys waiting for an After are in neither.
+// The core queue's Len counts only the first, as client-go's does.
+func (q *Queue[T]) Len() int { return q.Stats().Dirty }

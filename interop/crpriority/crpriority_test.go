@@ -2,6 +2,9 @@ package crpriority_test
 
 import (
 	"context"
+	"math"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -157,4 +160,191 @@ func TestShutDownEndsDrain(t *testing.T) {
 		}
 		q.Done(a)
 	})
+}
+
+// Each test below runs the same calls on crpriority and on
+// controller-runtime's own priority queue (unnamed, so it reports no
+// metrics), and asserts the same answer from both: where controller-runtime
+// and the core queue differ, crpriority takes controller-runtime's side.
+
+// bothQueues returns crpriority's queue and controller-runtime's, by name.
+func bothQueues() map[string]priorityqueue.PriorityQueue[string] {
+	return map[string]priorityqueue.PriorityQueue[string]{
+		"crpriority":         crpriority.New[string](nil, workqueue.Config[string]{}),
+		"controller-runtime": priorityqueue.New[string](""),
+	}
+}
+
+// TestGetAfterShutDown: once the queue is shut down, Get hands out nothing,
+// even with keys ready, so a stopped controller does not reconcile its
+// backlog with a cancelled context. (The core queue keeps handing them out,
+// for a drain.)
+func TestGetAfterShutDown(t *testing.T) {
+	for name, q := range bothQueues() {
+		t.Run(name, func(t *testing.T) {
+			q.AddWithOpts(priorityqueue.AddOpts{}, "a", "b")
+			require.Equal(t, 2, q.Len())
+			q.ShutDown()
+			k, shutdown := q.Get()
+			require.True(t, shutdown, "Get after ShutDown reports shutdown (got key %q)", k)
+			_, _, shutdown = q.GetWithPriority()
+			require.True(t, shutdown, "so does GetWithPriority")
+		})
+	}
+}
+
+// TestGetBlockedAtShutDown: a Get that waits on an empty queue returns
+// shutdown when the queue shuts down.
+func TestGetBlockedAtShutDown(t *testing.T) {
+	for name, q := range bothQueues() {
+		t.Run(name, func(t *testing.T) {
+			got := make(chan bool)
+			go func() {
+				_, shutdown := q.Get()
+				got <- shutdown
+			}()
+			q.ShutDown()
+			require.True(t, <-got, "the blocked Get reports shutdown")
+		})
+	}
+}
+
+// TestLenCountsKeyAddedWhileProcessing: a key added again while it is
+// processing is due (it runs after its Done), and Len counts it; a key
+// waiting for an After is not counted.
+func TestLenCountsKeyAddedWhileProcessing(t *testing.T) {
+	for name, q := range bothQueues() {
+		t.Run(name, func(t *testing.T) {
+			defer q.ShutDown()
+			q.AddWithOpts(priorityqueue.AddOpts{}, "a")
+			k, _ := q.Get()
+			require.Equal(t, "a", k)
+			require.Zero(t, q.Len())
+			q.AddWithOpts(priorityqueue.AddOpts{}, "a")
+			require.Equal(t, 1, q.Len(), "the key re-added while processing is counted")
+			q.AddWithOpts(priorityqueue.AddOpts{After: time.Hour}, "later")
+			require.Equal(t, 1, q.Len(), "a waiting key is not")
+			q.Done("a")
+			require.Equal(t, 1, q.Len(), "after Done the key is ready, counted once")
+		})
+	}
+}
+
+// TestFullRangePriorities: priorities are ints, and every int orders: ones
+// beyond int32 (which the queue once clamped, merging 1<<40 and MaxInt into
+// one level) come out in order. Keys are added lowest first, so merged
+// levels would hand them out in the wrong order.
+func TestFullRangePriorities(t *testing.T) {
+	prios := []int{math.MinInt, math.MinInt32 - 1, math.MinInt32, -1, 0, math.MaxInt32, math.MaxInt32 + 1, 1 << 40, math.MaxInt - 1, math.MaxInt}
+	for name, q := range bothQueues() {
+		t.Run(name, func(t *testing.T) {
+			defer q.ShutDown()
+			for _, p := range prios {
+				q.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, strconv.Itoa(p))
+			}
+			for i := len(prios) - 1; i >= 0; i-- {
+				k, p, _ := q.GetWithPriority()
+				require.Equal(t, strconv.Itoa(prios[i]), k, "highest priority first")
+				require.Equal(t, prios[i], p, "the priority comes back unchanged")
+				q.Done(k)
+			}
+		})
+	}
+}
+
+// TestDifferenceReAddOrder shows the one place where crpriority and
+// controller-runtime's priority queue still differ (interop/README.md): a
+// key added again while it is processing. controller-runtime files it,
+// locked, by when it was added again, so at Done it comes before keys
+// added after that; crpriority makes it ready at Done, at the back of its
+// priority, as the core queue and client-go do.
+func TestDifferenceReAddOrder(t *testing.T) {
+	want := map[string][]string{
+		"crpriority":         {"b", "a"},
+		"controller-runtime": {"a", "b"},
+	}
+	for name, q := range bothQueues() {
+		t.Run(name, func(t *testing.T) {
+			defer q.ShutDown()
+			q.AddWithOpts(priorityqueue.AddOpts{}, "a")
+			k, _ := q.Get()
+			require.Equal(t, "a", k)
+			q.AddWithOpts(priorityqueue.AddOpts{}, "a") // again, while processing
+			q.AddWithOpts(priorityqueue.AddOpts{}, "b")
+			q.Done("a")
+			var got []string
+			for range 2 {
+				k, _ := q.Get()
+				got = append(got, k)
+				q.Done(k)
+			}
+			require.Equal(t, want[name], got)
+		})
+	}
+}
+
+// TestStoppedControllerLeavesBacklog runs the newcomer's trial: a
+// controller-runtime controller with one worker holds a request while 100
+// more queue up, and is stopped. On controller-runtime's own queue, Start
+// returns after the request in hand, and none of the 100 is reconciled;
+// so it must be on crpriority (it once reconciled all 100, each with a
+// cancelled context, before Start returned).
+func TestStoppedControllerLeavesBacklog(t *testing.T) {
+	queues := map[string]func() clientworkqueue.TypedRateLimitingInterface[reconcile.Request]{
+		"crpriority": func() clientworkqueue.TypedRateLimitingInterface[reconcile.Request] {
+			return crpriority.New[reconcile.Request](nil, workqueue.Config[reconcile.Request]{})
+		},
+		"controller-runtime": func() clientworkqueue.TypedRateLimitingInterface[reconcile.Request] {
+			return priorityqueue.New[reconcile.Request]("")
+		},
+	}
+	for name, newQueue := range queues {
+		t.Run(name, func(t *testing.T) {
+			var cancelled atomic.Int64
+			gateTaken, release := make(chan struct{}), make(chan struct{})
+			req := func(name string) reconcile.Request {
+				return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}}
+			}
+			var q clientworkqueue.TypedRateLimitingInterface[reconcile.Request]
+			c, err := controller.NewTypedUnmanaged("backlog", controller.TypedOptions[reconcile.Request]{
+				MaxConcurrentReconciles: 1,
+				SkipNameValidation:      new(true),
+				Reconciler: reconcile.TypedFunc[reconcile.Request](func(ctx context.Context, r reconcile.Request) (reconcile.Result, error) {
+					if r.Name == "gate" {
+						close(gateTaken)
+						<-release
+						return reconcile.Result{}, nil
+					}
+					if ctx.Err() != nil {
+						cancelled.Add(1)
+					}
+					return reconcile.Result{}, nil
+				}),
+				NewQueue: func(string, clientworkqueue.TypedRateLimiter[reconcile.Request]) clientworkqueue.TypedRateLimitingInterface[reconcile.Request] {
+					q = newQueue()
+					return q
+				},
+			})
+			require.NoError(t, err)
+			require.NoError(t, c.Watch(source.TypedFunc[reconcile.Request](func(ctx context.Context, q clientworkqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+				q.Add(req("gate"))
+				return nil
+			})))
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error)
+			go func() { done <- c.Start(ctx) }()
+			<-gateTaken
+			for i := range 100 {
+				q.Add(req(strconv.Itoa(i)))
+			}
+			require.Equal(t, 100, q.Len(), "the backlog is queued")
+			cancel()
+			for !q.ShuttingDown() {
+				runtime.Gosched() // Start shuts the queue down when ctx ends
+			}
+			close(release)
+			require.NoError(t, <-done)
+			require.Zero(t, cancelled.Load(), "no request of the backlog is reconciled with a cancelled context")
+		})
+	}
 }
