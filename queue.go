@@ -20,7 +20,8 @@ import (
 // ready key is left.
 var ErrShutDown = errors.New("workqueue: shut down")
 
-// ErrDrainInterrupted is returned by ShutDownWithDrainContext when ShutDown
+// ErrDrainInterrupted is returned by ShutDownWithDrainContext and
+// ShutDownWithDrainAll when ShutDown
 // was called while it waited: the caller asked to stop waiting, and keys may
 // still be ready or processing.
 var ErrDrainInterrupted = errors.New("workqueue: drain interrupted by ShutDown")
@@ -80,7 +81,7 @@ type Stats struct {
 type Queue[T comparable] struct {
 	// mu guards every field below. cond.L is &mu; it is set on first wait
 	// so that the zero Queue works. Get waits on cond for a ready key;
-	// ShutDownWithDrain waits on it for the queue to empty.
+	// the ShutDownWithDrain* family waits on it for the queue to settle.
 	//
 	// The fields are in the order of how often Add, Get and Done touch
 	// them: the lock and the counts, then what says how the queue is
@@ -1003,8 +1004,9 @@ func (q *Queue[T]) scanDirtyByPriority(m map[int]int) {
 // works, and a key added again while processing is still handed out once
 // more. ShutDown does not wait; it may be called more than once.
 //
-// ShutDown also ends every ShutDownWithDrain that is waiting at that moment:
-// they return at once (ShutDownWithDrainContext with ErrDrainInterrupted),
+// ShutDown also ends every ShutDownWithDrain* that is waiting at that moment:
+// they return at once (ShutDownWithDrainContext and ShutDownWithDrainAll
+// with ErrDrainInterrupted),
 // leaving the keys still ready or processing to the workers. This is the
 // "drain on the first signal, force on the second" of client-go.
 func (q *Queue[T]) ShutDown() {
@@ -1079,10 +1081,20 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 }
 
 // ShutDownWithDrain shuts the queue down like ShutDown and then waits until
-// no key is ready and none is processing: every key already due has been
-// handed out and Done. Workers must keep calling Get and Done meanwhile, or
-// it never returns. Every concurrent caller returns once the queue is empty,
-// and every caller returns at once when ShutDown is called while it waits.
+// no key is processing: every key handed out by Get has been Done. Keys still
+// ready when it returns stay ready, and Get keeps handing them out, as after
+// ShutDown. This is client-go's rule, kept for the code written for it: a
+// controller whose workers stop on their context and whose main goroutine
+// then drains (for ctx.Err() == nil { key, _ := q.Get(); ...; q.Done(key) },
+// then ShutDownWithDrain on exit) must return, not hang, when the workers
+// leave keys queued. To wait until every queued key has run, use
+// ShutDownWithDrainAll (Run's RunConfig.Drain does).
+//
+// Every concurrent caller returns once no key is processing, and every
+// caller returns at once when ShutDown is called while it waits.
+//
+// An earlier version waited until no key was ready either; that rule is
+// ShutDownWithDrainAll's now, because it hangs the shape above forever.
 func (q *Queue[T]) ShutDownWithDrain() {
 	_ = q.ShutDownWithDrainContext(context.Background())
 }
@@ -1091,14 +1103,38 @@ func (q *Queue[T]) ShutDownWithDrain() {
 // returning ctx.Err(), or when ShutDown is called while it waits, returning
 // ErrDrainInterrupted. The queue stays shut down either way; keys still
 // ready or processing are left to the workers. A second drain neither ends
-// nor is ended by the first: each waits for the queue to empty.
+// nor is ended by the first: each waits for its own condition.
 func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
+	return q.drain(ctx, false)
+}
+
+// ShutDownWithDrainAll shuts the queue down like ShutDown and then waits
+// until no key is ready and none is processing: every key already due when
+// it was called (and every key added again while processing) has been
+// handed out and Done. Workers must keep calling Get and Done meanwhile, or
+// it returns only when ctx ends, with ctx.Err(). A ShutDown called while it
+// waits ends it at once with ErrDrainInterrupted ("drain on the first
+// signal, force on the second"). Either way the queue stays shut down and
+// no key is dropped: the keys left stay ready for Get.
+//
+// This is the drain of a controller that wants every queued key run before
+// it exits; Run uses it for RunConfig.Drain. Code that stops its workers
+// before it drains must use ShutDownWithDrain, which does not wait for the
+// ready keys.
+func (q *Queue[T]) ShutDownWithDrainAll(ctx context.Context) error {
+	return q.drain(ctx, true)
+}
+
+// drain is the ShutDownWithDrain* family: it waits until no key is
+// processing and, if all, none is ready.
+func (q *Queue[T]) drain(ctx context.Context, all bool) error {
 	q.lock()
 	// Shutting down and starting to wait happen under one hold of the
 	// lock: a ShutDown that comes after this drain has shut the queue
 	// down (ShuttingDown reports true) always finds it waiting.
 	first, flushed := q.shutDownLocked()
-	waiting := q.ready() > 0 || q.processing > 0
+	busy := func() bool { return q.processing > 0 || all && q.ready() > 0 }
+	waiting := busy()
 	epoch := q.interrupts
 	if waiting {
 		q.drainers++
@@ -1114,7 +1150,7 @@ func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
 	var err error
 	q.lock()
 	defer q.wakeWhenDone(ctx)()
-	for q.ready() > 0 || q.processing > 0 {
+	for busy() {
 		if q.interrupts != epoch {
 			err = ErrDrainInterrupted
 			break
