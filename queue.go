@@ -31,7 +31,9 @@ var ErrDrainInterrupted = errors.New("workqueue: drain interrupted by ShutDown")
 type Config[T comparable] struct {
 	// Name names the queue in metrics. An empty Name means no metrics.
 	Name string
-	// Metrics receives the queue's metrics. Nil means no metrics.
+	// Metrics receives the queue's metrics when Name is not empty. Nil
+	// means the process-wide default set by SetDefaultMetricsProvider, if
+	// any, and else no metrics.
 	Metrics MetricsProvider
 	// Store holds the ready keys and decides their order. Nil means a FIFO
 	// ring buffer. A Store must not be shared between queues.
@@ -161,7 +163,8 @@ type Queue[T comparable] struct {
 func New[T comparable]() *Queue[T] { return &Queue[T]{} }
 
 // NewWithConfig returns an empty queue configured by cfg. Metrics are on
-// when cfg.Name is not empty and cfg.Metrics is not nil.
+// when cfg.Name is not empty and cfg.Metrics, or else the default set by
+// SetDefaultMetricsProvider, is not nil.
 func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 	cfg.Debounce.validate()
 	q := &Queue[T]{quiet: int64(cfg.Debounce.Quiet), maxWait: int64(cfg.Debounce.MaxWait)}
@@ -174,11 +177,11 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		q.store = cfg.Store
 		q.prio, _ = cfg.Store.(PriorityStore[T])
 	}
-	if cfg.Name != "" && cfg.Metrics != nil {
-		if pm, ok := cfg.Metrics.(PriorityMetricsProvider); ok && (q.prio != nil || q.tab.leveled) {
+	if mp := metricsFor(cfg.Name, cfg.Metrics); mp != nil {
+		if pm, ok := mp.(PriorityMetricsProvider); ok && (q.prio != nil || q.tab.leveled) {
 			q.metrics = pm.NewPriorityQueueMetrics(cfg.Name, q.Stats, q.dirtyByPriority)
 		} else {
-			q.metrics = cfg.Metrics.NewQueueMetrics(cfg.Name, q.Stats)
+			q.metrics = mp.NewQueueMetrics(cfg.Name, q.Stats)
 		}
 		// Metrics keep every key's dirty time or run start: a plain
 		// queue keeps them in its ordered table, one with a Store in
