@@ -36,7 +36,9 @@ type Config[T comparable] struct {
 	// any, and else no metrics.
 	Metrics MetricsProvider
 	// Store holds the ready keys and decides their order. Nil means a FIFO
-	// ring buffer. A Store must not be shared between queues.
+	// ring buffer. A Store must not be shared between queues:
+	// NewWithConfig panics with "workqueue: Store already used by another
+	// queue" when given one that another queue took.
 	Store Store[T]
 	// Debounce, with Quiet > 0, makes Add wait for a key's events to
 	// settle: Add (and AddWithPriority) makes the key's run due at
@@ -167,6 +169,9 @@ func New[T comparable]() *Queue[T] { return &Queue[T]{} }
 // SetDefaultMetricsProvider, is not nil.
 func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 	cfg.Debounce.validate()
+	if cfg.Store != nil {
+		claimStore(cfg.Store)
+	}
 	q := &Queue[T]{quiet: int64(cfg.Debounce.Quiet), maxWait: int64(cfg.Debounce.MaxWait)}
 	if _, ok := cfg.Store.(*priorityStore[T]); ok && q.quiet == 0 {
 		// The built-in priority store: the queue keeps the levels in
