@@ -1,6 +1,7 @@
 package workqueue_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -252,7 +253,7 @@ func TestDebounceShutDown(t *testing.T) {
 		start := time.Now()
 		wg := startWorker(q, start, 0, &r)
 		time.Sleep(ms(10))
-		q.ShutDownWithDrain()
+		require.NoError(t, q.ShutDownWithDrainAll(context.Background()))
 		runs, at := r.get()
 		require.Equal(t, []string{"a", "b", "c"}, runs, "the drain runs the debounced keys, in deadline order")
 		require.Equal(t, []time.Duration{ms(10), ms(10), ms(10)}, at, "at once, not at their deadlines")

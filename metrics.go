@@ -1,11 +1,15 @@
 package workqueue
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // MetricsProvider makes the metrics of a queue. A queue asks for them once,
-// in NewWithConfig, when Config.Name is not empty and Config.Metrics is not
-// nil; there is no global provider, so two queues (or two tests) can report
-// to different places.
+// in NewWithConfig, when Config.Name is not empty: from Config.Metrics, or,
+// when that is nil, from the process-wide default that
+// SetDefaultMetricsProvider set, if any. Config.Metrics always wins, so two
+// queues (or two tests) can report to different places.
 //
 // The provider is told the queue's name and given a function that reads the
 // queue's Stats. Gauges (depth, waiting keys, unfinished work, longest
@@ -75,3 +79,54 @@ type QueueMetrics interface {
 // The no-op default is the nil QueueMetrics: a queue without metrics checks
 // for nil once per call instead of calling empty methods through an
 // interface, and skips the clock reads that only metrics need.
+
+// defaultMetrics is the provider that SetDefaultMetricsProvider set, boxed
+// because an atomic.Pointer holds a pointer, not an interface; nil until
+// then. NewWithConfig reads it once per queue with a name and no
+// Config.Metrics; Add, Get and Done never read it.
+var defaultMetrics atomic.Pointer[metricsBox]
+
+type metricsBox struct{ p MetricsProvider }
+
+// SetDefaultMetricsProvider sets the process-wide default MetricsProvider:
+// a queue created afterwards (by NewWithConfig or a constructor built on
+// it) whose Config.Name is not empty and whose Config.Metrics is nil
+// reports through p. It is what client-go's SetProvider is for components
+// that name their queues and expect the name to be enough: the mechanical
+// translation of client-go's TypedRateLimitingQueueConfig{Name: "x"} is
+// Config{Name: "x"}, and with a default set it reports under that name as
+// client-go's does.
+//
+// It is opt-in: a process that never calls it keeps no provider, and a
+// named queue without Config.Metrics then has no metrics. An explicit
+// Config.Metrics always wins over the default. A later call replaces the
+// default for the queues created after it (unlike client-go's SetProvider,
+// where the first call wins and later ones are silently ignored); a queue
+// keeps the provider it was built with. A nil p turns the default off.
+// Safe for concurrent use.
+//
+// A host package can set it for its side effect when imported, as
+// k8s.io/component-base/metrics/prometheus/workqueue does for client-go:
+// see interop/hostmetrics/kubemetrics/register.
+func SetDefaultMetricsProvider(p MetricsProvider) {
+	if p == nil {
+		defaultMetrics.Store(nil)
+		return
+	}
+	defaultMetrics.Store(&metricsBox{p})
+}
+
+// metricsFor returns the provider a queue named name with Config.Metrics m
+// reports through: m, else the default if name is not empty; nil for none.
+func metricsFor(name string, m MetricsProvider) MetricsProvider {
+	if name == "" {
+		return nil
+	}
+	if m != nil {
+		return m
+	}
+	if b := defaultMetrics.Load(); b != nil {
+		return b.p
+	}
+	return nil
+}

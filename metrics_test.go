@@ -58,6 +58,56 @@ func TestMetricsNeedNameAndProvider(t *testing.T) {
 	require.Equal(t, 1, r.added)
 }
 
+// TestDefaultMetricsProvider checks SetDefaultMetricsProvider: a queue
+// with a Name and no Config.Metrics reports through the default; an
+// explicit Config.Metrics wins; no Name, no metrics; a second call replaces
+// the default for the queues created after it, and the earlier queues keep
+// theirs; nil turns it off. Not parallel: the default is process-wide, and
+// parallel tests only start once this one has restored it.
+func TestDefaultMetricsProvider(t *testing.T) {
+	require.Nil(t, defaultMetrics.Load(), "a process that never sets a default keeps none")
+	t.Cleanup(func() { SetDefaultMetricsProvider(nil) })
+
+	plain := NewWithConfig(Config[string]{Name: "before"})
+	require.Nil(t, plain.metrics, "without a default, a name alone gives no metrics")
+
+	first := &recorder{}
+	SetDefaultMetricsProvider(first)
+	a := NewRateLimitingQueueWithConfig(nil, Config[string]{Name: "configmaps"})
+	require.Equal(t, "configmaps", first.name, "a named queue without Config.Metrics reports through the default")
+	a.Add("k")
+	require.Equal(t, 1, first.adds())
+	require.Nil(t, plain.metrics, "a queue made before the default was set stays without metrics")
+
+	explicit := &recorder{}
+	b := NewWithConfig(Config[string]{Name: "explicit", Metrics: explicit})
+	b.Add("k")
+	require.Equal(t, "explicit", explicit.name, "an explicit Config.Metrics wins")
+	require.Equal(t, 1, explicit.adds())
+	require.Equal(t, 1, first.adds(), "the default sees nothing of a queue with its own provider")
+
+	unnamed := NewWithConfig(Config[string]{})
+	unnamed.Add("k")
+	require.Nil(t, unnamed.metrics, "a queue without a Name has no metrics, default or not")
+	require.Equal(t, "configmaps", first.name, "and the default is not asked")
+
+	second := &recorder{}
+	SetDefaultMetricsProvider(second)
+	c := NewWithConfig(Config[string]{Name: "secrets"})
+	c.Add("k")
+	require.Equal(t, "secrets", second.name, "a second call replaces the default for later queues")
+	require.Equal(t, 1, second.adds())
+	a.Add("k2")
+	require.Equal(t, 2, first.adds(), "a queue keeps the provider it was built with")
+
+	SetDefaultMetricsProvider(nil)
+	d := NewWithConfig(Config[string]{Name: "off"})
+	d.Add("k")
+	require.Nil(t, d.metrics, "nil turns the default off")
+	require.Equal(t, "secrets", second.name)
+	require.Nil(t, defaultMetrics.Load(), "and keeps no state")
+}
+
 func TestMetricsEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &recorder{}

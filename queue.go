@@ -20,7 +20,8 @@ import (
 // ready key is left.
 var ErrShutDown = errors.New("workqueue: shut down")
 
-// ErrDrainInterrupted is returned by ShutDownWithDrainContext when ShutDown
+// ErrDrainInterrupted is returned by ShutDownWithDrainContext and
+// ShutDownWithDrainAll when ShutDown
 // was called while it waited: the caller asked to stop waiting, and keys may
 // still be ready or processing.
 var ErrDrainInterrupted = errors.New("workqueue: drain interrupted by ShutDown")
@@ -30,10 +31,14 @@ var ErrDrainInterrupted = errors.New("workqueue: drain interrupted by ShutDown")
 type Config[T comparable] struct {
 	// Name names the queue in metrics. An empty Name means no metrics.
 	Name string
-	// Metrics receives the queue's metrics. Nil means no metrics.
+	// Metrics receives the queue's metrics when Name is not empty. Nil
+	// means the process-wide default set by SetDefaultMetricsProvider, if
+	// any, and else no metrics.
 	Metrics MetricsProvider
 	// Store holds the ready keys and decides their order. Nil means a FIFO
-	// ring buffer. A Store must not be shared between queues.
+	// ring buffer. A Store must not be shared between queues:
+	// NewWithConfig panics with "workqueue: Store already used by another
+	// queue" when given one that another queue took.
 	Store Store[T]
 	// Debounce, with Quiet > 0, makes Add wait for a key's events to
 	// settle: Add (and AddWithPriority) makes the key's run due at
@@ -80,7 +85,7 @@ type Stats struct {
 type Queue[T comparable] struct {
 	// mu guards every field below. cond.L is &mu; it is set on first wait
 	// so that the zero Queue works. Get waits on cond for a ready key;
-	// ShutDownWithDrain waits on it for the queue to empty.
+	// the ShutDownWithDrain* family waits on it for the queue to settle.
 	//
 	// The fields are in the order of how often Add, Get and Done touch
 	// them: the lock and the counts, then what says how the queue is
@@ -160,9 +165,13 @@ type Queue[T comparable] struct {
 func New[T comparable]() *Queue[T] { return &Queue[T]{} }
 
 // NewWithConfig returns an empty queue configured by cfg. Metrics are on
-// when cfg.Name is not empty and cfg.Metrics is not nil.
+// when cfg.Name is not empty and cfg.Metrics, or else the default set by
+// SetDefaultMetricsProvider, is not nil.
 func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 	cfg.Debounce.validate()
+	if cfg.Store != nil {
+		claimStore(cfg.Store)
+	}
 	q := &Queue[T]{quiet: int64(cfg.Debounce.Quiet), maxWait: int64(cfg.Debounce.MaxWait)}
 	if _, ok := cfg.Store.(*priorityStore[T]); ok && q.quiet == 0 {
 		// The built-in priority store: the queue keeps the levels in
@@ -173,11 +182,11 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		q.store = cfg.Store
 		q.prio, _ = cfg.Store.(PriorityStore[T])
 	}
-	if cfg.Name != "" && cfg.Metrics != nil {
-		if pm, ok := cfg.Metrics.(PriorityMetricsProvider); ok && (q.prio != nil || q.tab.leveled) {
+	if mp := metricsFor(cfg.Name, cfg.Metrics); mp != nil {
+		if pm, ok := mp.(PriorityMetricsProvider); ok && (q.prio != nil || q.tab.leveled) {
 			q.metrics = pm.NewPriorityQueueMetrics(cfg.Name, q.Stats, q.dirtyByPriority)
 		} else {
-			q.metrics = cfg.Metrics.NewQueueMetrics(cfg.Name, q.Stats)
+			q.metrics = mp.NewQueueMetrics(cfg.Name, q.Stats)
 		}
 		// Metrics keep every key's dirty time or run start: a plain
 		// queue keeps them in its ordered table, one with a Store in
@@ -999,8 +1008,9 @@ func (q *Queue[T]) scanDirtyByPriority(m map[int]int) {
 // works, and a key added again while processing is still handed out once
 // more. ShutDown does not wait; it may be called more than once.
 //
-// ShutDown also ends every ShutDownWithDrain that is waiting at that moment:
-// they return at once (ShutDownWithDrainContext with ErrDrainInterrupted),
+// ShutDown also ends every ShutDownWithDrain* that is waiting at that moment:
+// they return at once (ShutDownWithDrainContext and ShutDownWithDrainAll
+// with ErrDrainInterrupted),
 // leaving the keys still ready or processing to the workers. This is the
 // "drain on the first signal, force on the second" of client-go.
 func (q *Queue[T]) ShutDown() {
@@ -1075,10 +1085,20 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 }
 
 // ShutDownWithDrain shuts the queue down like ShutDown and then waits until
-// no key is ready and none is processing: every key already due has been
-// handed out and Done. Workers must keep calling Get and Done meanwhile, or
-// it never returns. Every concurrent caller returns once the queue is empty,
-// and every caller returns at once when ShutDown is called while it waits.
+// no key is processing: every key handed out by Get has been Done. Keys still
+// ready when it returns stay ready, and Get keeps handing them out, as after
+// ShutDown. This is client-go's rule, kept for the code written for it: a
+// controller whose workers stop on their context and whose main goroutine
+// then drains (for ctx.Err() == nil { key, _ := q.Get(); ...; q.Done(key) },
+// then ShutDownWithDrain on exit) must return, not hang, when the workers
+// leave keys queued. To wait until every queued key has run, use
+// ShutDownWithDrainAll (Run's RunConfig.Drain does).
+//
+// Every concurrent caller returns once no key is processing, and every
+// caller returns at once when ShutDown is called while it waits.
+//
+// An earlier version waited until no key was ready either; that rule is
+// ShutDownWithDrainAll's now, because it hangs the shape above forever.
 func (q *Queue[T]) ShutDownWithDrain() {
 	_ = q.ShutDownWithDrainContext(context.Background())
 }
@@ -1087,14 +1107,38 @@ func (q *Queue[T]) ShutDownWithDrain() {
 // returning ctx.Err(), or when ShutDown is called while it waits, returning
 // ErrDrainInterrupted. The queue stays shut down either way; keys still
 // ready or processing are left to the workers. A second drain neither ends
-// nor is ended by the first: each waits for the queue to empty.
+// nor is ended by the first: each waits for its own condition.
 func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
+	return q.drain(ctx, false)
+}
+
+// ShutDownWithDrainAll shuts the queue down like ShutDown and then waits
+// until no key is ready and none is processing: every key already due when
+// it was called (and every key added again while processing) has been
+// handed out and Done. Workers must keep calling Get and Done meanwhile, or
+// it returns only when ctx ends, with ctx.Err(). A ShutDown called while it
+// waits ends it at once with ErrDrainInterrupted ("drain on the first
+// signal, force on the second"). Either way the queue stays shut down and
+// no key is dropped: the keys left stay ready for Get.
+//
+// This is the drain of a controller that wants every queued key run before
+// it exits; Run uses it for RunConfig.Drain. Code that stops its workers
+// before it drains must use ShutDownWithDrain, which does not wait for the
+// ready keys.
+func (q *Queue[T]) ShutDownWithDrainAll(ctx context.Context) error {
+	return q.drain(ctx, true)
+}
+
+// drain is the ShutDownWithDrain* family: it waits until no key is
+// processing and, if all, none is ready.
+func (q *Queue[T]) drain(ctx context.Context, all bool) error {
 	q.lock()
 	// Shutting down and starting to wait happen under one hold of the
 	// lock: a ShutDown that comes after this drain has shut the queue
 	// down (ShuttingDown reports true) always finds it waiting.
 	first, flushed := q.shutDownLocked()
-	waiting := q.ready() > 0 || q.processing > 0
+	busy := func() bool { return q.processing > 0 || all && q.ready() > 0 }
+	waiting := busy()
 	epoch := q.interrupts
 	if waiting {
 		q.drainers++
@@ -1110,7 +1154,7 @@ func (q *Queue[T]) ShutDownWithDrainContext(ctx context.Context) error {
 	var err error
 	q.lock()
 	defer q.wakeWhenDone(ctx)()
-	for q.ready() > 0 || q.processing > 0 {
+	for busy() {
 		if q.interrupts != epoch {
 			err = ErrDrainInterrupted
 			break

@@ -763,10 +763,112 @@ func TestGetContextNeverLosesKeys(t *testing.T) {
 // ---------------------------------------------------------------------------
 // ShutDownWithDrain.
 
-// TestShutDownWithDrain checks that every concurrent drainer returns only
+// TestShutDownWithDrain checks client-go's rule: every concurrent drainer
+// returns once no key is processing, keys still ready stay ready, and Get
+// keeps handing them out; a key re-added while processing is ready, not
+// dropped, when the drain returns.
+func TestShutDownWithDrain(t *testing.T) {
+	for _, cfg := range queueConfigs {
+		t.Run(cfg.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := cfg.new()
+				q.Add("a")
+				q.Add("b")
+				q.Add("c")
+				a, _ := q.Get()
+				b, _ := q.Get()
+				q.Add("a") // processing+dirty
+
+				const drainers = 3
+				var returned atomic.Int64
+				var wg sync.WaitGroup
+				for range drainers {
+					wg.Go(func() {
+						q.ShutDownWithDrain()
+						returned.Add(1)
+					})
+				}
+				synctest.Wait()
+				require.True(t, q.ShuttingDown(), "ShutDownWithDrain must shut the queue down at once")
+				q.Add("d")
+				require.Equal(t, 1, q.Len(), "Add after ShutDownWithDrain must be ignored")
+
+				q.Done(b)
+				synctest.Wait()
+				require.Zero(t, returned.Load(), "no drainer may return while a is processing")
+				q.Done(a) // a is ready again
+				synctest.Wait()
+				require.Equal(t, int64(drainers), returned.Load(), "every drainer must return once no key is processing, keys ready or not")
+				wg.Wait()
+				require.Equal(t, workqueue.Stats{Ready: 2, Dirty: 2}, trimStats(q.Stats()), "the ready keys stay queued, none dropped")
+				expectGet("c")(t, q)
+				expectGet("a")(t, q)
+				q.Done("c")
+				q.Done("a")
+				expectShutdown()(t, q)
+				q.ShutDownWithDrain() // already empty: returns at once
+			})
+		})
+	}
+}
+
+// TestShutDownWithDrainAfterWorkersStop is the shape that hung on the
+// earlier rule (ShutDownWithDrainAll's): workers that stop on their context
+// while keys are still queued, then a drain on exit. It must return, and the
+// keys left must still be there for Get.
+func TestShutDownWithDrainAfterWorkersStop(t *testing.T) {
+	for _, cfg := range queueConfigs {
+		t.Run(cfg.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := cfg.new()
+				ctx, cancel := context.WithCancel(context.Background())
+				var handled atomic.Int64
+				var workers sync.WaitGroup
+				for range 2 {
+					workers.Go(func() {
+						for ctx.Err() == nil {
+							key, shutdown := q.Get()
+							if shutdown {
+								return
+							}
+							time.Sleep(time.Millisecond) // the work
+							handled.Add(1)
+							q.Done(key)
+						}
+					})
+				}
+				const keys = 200
+				for i := range keys {
+					q.Add(fmt.Sprint(i))
+				}
+				time.Sleep(50 * time.Millisecond)
+				cancel()
+				workers.Wait()
+				left := q.Len()
+				require.Positive(t, left, "the workers must have stopped with keys still queued")
+
+				drained := make(chan struct{})
+				go func() {
+					q.ShutDownWithDrain()
+					close(drained)
+				}()
+				synctest.Wait()
+				select {
+				case <-drained:
+				default:
+					t.Fatalf("ShutDownWithDrain hangs with %d keys ready and no worker", left)
+				}
+				require.Equal(t, left, q.Len(), "no ready key may be dropped by the drain")
+				require.Equal(t, int64(keys), handled.Load()+int64(left), "every key is handled or still queued")
+			})
+		})
+	}
+}
+
+// TestShutDownWithDrainAll checks that every concurrent drainer returns only
 // once no key is ready and none is processing, including a key re-added
 // while processing that becomes ready again at its Done.
-func TestShutDownWithDrain(t *testing.T) {
+func TestShutDownWithDrainAll(t *testing.T) {
 	for _, cfg := range queueConfigs {
 		t.Run(cfg.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -782,14 +884,15 @@ func TestShutDownWithDrain(t *testing.T) {
 				var wg sync.WaitGroup
 				for range drainers {
 					wg.Go(func() {
-						q.ShutDownWithDrain()
-						returned.Add(1)
+						if q.ShutDownWithDrainAll(context.Background()) == nil {
+							returned.Add(1)
+						}
 					})
 				}
 				synctest.Wait()
-				require.True(t, q.ShuttingDown(), "ShutDownWithDrain must shut the queue down at once")
+				require.True(t, q.ShuttingDown(), "ShutDownWithDrainAll must shut the queue down at once")
 				q.Add("d")
-				require.Equal(t, 2, q.Len(), "Add after ShutDownWithDrain must be ignored")
+				require.Equal(t, 2, q.Len(), "Add after ShutDownWithDrainAll must be ignored")
 
 				steps := []struct {
 					what string
@@ -812,14 +915,14 @@ func TestShutDownWithDrain(t *testing.T) {
 				require.Equal(t, int64(drainers), returned.Load(), "every drainer must return once nothing is ready or processing")
 				wg.Wait()
 				expectShutdown()(t, q)
-				q.ShutDownWithDrain() // already empty: returns at once
+				require.NoError(t, q.ShutDownWithDrainAll(context.Background()), "already empty: returns at once")
 			})
 		})
 	}
 }
 
 // TestShutDownWithDrainWithWorkers drains a queue that workers empty on
-// their own, with several drainers.
+// their own, with several ShutDownWithDrainAll drainers.
 func TestShutDownWithDrainWithWorkers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := workqueue.New[int]()
@@ -846,7 +949,7 @@ func TestShutDownWithDrainWithWorkers(t *testing.T) {
 		synctest.Wait()
 		var drainers sync.WaitGroup
 		for range 4 {
-			drainers.Go(q.ShutDownWithDrain)
+			drainers.Go(func() { _ = q.ShutDownWithDrainAll(context.Background()) })
 		}
 		drainers.Wait()
 		require.Equal(t, workqueue.Stats{}, trimStats(q.Stats()), "drain must return with nothing ready or processing")
@@ -894,29 +997,38 @@ func TestShutDownWithDrainContext(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := workqueue.New[string]()
 			q.Add("a")
+			q.Add("b")
+			expectGet("a")(t, q)
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
 			go func() { errc <- q.ShutDownWithDrainContext(ctx) }()
 			synctest.Wait()
-			require.Empty(t, errc, "the drain must wait while a key is ready")
+			require.Empty(t, errc, "the drain must wait while a key is processing")
 			cancel()
 			synctest.Wait()
 			require.Len(t, errc, 1, "the drain must return when its context is cancelled")
 			require.ErrorIs(t, <-errc, context.Canceled, "with the context's error")
 			require.True(t, q.ShuttingDown(), "the queue must stay shut down")
-			expectGet("a")(t, q)
+			expectGet("b")(t, q)
 			expectShutdown()(t, q)
 			q.Done("a")
+			q.Done("b")
 		})
 	})
 	t.Run("already cancelled", func(t *testing.T) {
 		q := workqueue.New[string]()
 		q.Add("a")
+		q.Add("b")
+		a, _ := q.Get()
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		require.ErrorIs(t, q.ShutDownWithDrainContext(ctx), context.Canceled, "an ended context with work left gives up at once")
 		require.True(t, q.ShuttingDown(), "and the queue is shut down")
 		require.Equal(t, 1, q.Len(), "the ready key is left for the workers")
+		require.ErrorIs(t, q.ShutDownWithDrainAll(ctx), context.Canceled, "ShutDownWithDrainAll too")
+		q.Done(a)
+		require.ErrorIs(t, q.ShutDownWithDrainAll(ctx), context.Canceled, "ShutDownWithDrainAll waits for the ready key")
+		require.NoError(t, q.ShutDownWithDrainContext(ctx), "ShutDownWithDrainContext does not")
 	})
 	t.Run("success", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -944,6 +1056,7 @@ type drainable interface {
 	ShutDown()
 	ShutDownWithDrain()
 	ShutDownWithDrainContext(context.Context) error
+	ShutDownWithDrainAll(context.Context) error
 	ShuttingDown() bool
 }
 
@@ -978,7 +1091,7 @@ func TestShutDownEndsDrain(t *testing.T) {
 				a, _ := q.Get() // never Done until the end
 
 				var plain atomic.Int64
-				errc := make(chan error, 2)
+				errc := make(chan error, 4)
 				var wg sync.WaitGroup
 				wg.Go(func() {
 					q.ShutDownWithDrain()
@@ -990,6 +1103,7 @@ func TestShutDownEndsDrain(t *testing.T) {
 				})
 				for range 2 {
 					wg.Go(func() { errc <- q.ShutDownWithDrainContext(context.Background()) })
+					wg.Go(func() { errc <- q.ShutDownWithDrainAll(context.Background()) })
 				}
 				synctest.Wait()
 				require.True(t, q.ShuttingDown(), "the drains shut the queue down")
@@ -999,8 +1113,8 @@ func TestShutDownEndsDrain(t *testing.T) {
 				q.ShutDown()
 				synctest.Wait()
 				require.Equal(t, int64(2), plain.Load(), "ShutDown must end every waiting ShutDownWithDrain")
-				require.Len(t, errc, 2, "ShutDown must end every waiting ShutDownWithDrainContext")
-				for range 2 {
+				require.Len(t, errc, 4, "ShutDown must end every waiting ShutDownWithDrainContext and ShutDownWithDrainAll")
+				for range 4 {
 					require.ErrorIs(t, <-errc, workqueue.ErrDrainInterrupted, "an interrupted drain says so")
 				}
 				wg.Wait()
@@ -1027,14 +1141,14 @@ func TestShutDownBeforeDrainDoesNotEndIt(t *testing.T) {
 		q.Add("b")
 		q.ShutDown()
 		errc := make(chan error, 1)
-		go func() { errc <- q.ShutDownWithDrainContext(context.Background()) }()
+		go func() { errc <- q.ShutDownWithDrainAll(context.Background()) }()
 		synctest.Wait()
 		require.Empty(t, errc, "a drain after ShutDown waits for the ready keys")
 		q.ShutDown()
 		synctest.Wait()
 		require.ErrorIs(t, <-errc, workqueue.ErrDrainInterrupted, "a ShutDown while it waits ends it")
 
-		go func() { errc <- q.ShutDownWithDrainContext(context.Background()) }()
+		go func() { errc <- q.ShutDownWithDrainAll(context.Background()) }()
 		synctest.Wait()
 		require.Empty(t, errc, "a new drain after the interruption waits again")
 		expectGet("a")(t, q)

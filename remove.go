@@ -172,10 +172,11 @@ func (q *Queue[T]) dropDeadline() {
 	}
 }
 
-// wakeDrainers wakes the drains waiting for the queue to empty, once no
-// key is ready or processing. q.mu must be held.
+// wakeDrainers wakes the drains once no key is processing: those of
+// ShutDownWithDrain return then, and those of ShutDownWithDrainAll check
+// whether keys are still ready (and wait again if so). q.mu must be held.
 func (q *Queue[T]) wakeDrainers() {
-	if q.drainers > 0 && q.processing == 0 && q.ready() == 0 {
+	if q.drainers > 0 && q.processing == 0 {
 		q.cond.Broadcast()
 	}
 }

@@ -1,6 +1,7 @@
 package workqueue_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -163,7 +164,7 @@ func TestRemoveGhostsAreBounded(t *testing.T) {
 	require.Zero(t, store.Len(), "no ghost is left once the live keys are out")
 }
 
-// TestRemoveReleasesDrain checks that a drain waiting on ready keys returns
+// TestRemoveReleasesDrain checks that a ShutDownWithDrainAll waiting on ready keys returns
 // when Remove cancels the last of them.
 func TestRemoveReleasesDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -172,7 +173,7 @@ func TestRemoveReleasesDrain(t *testing.T) {
 		q.Add("b")
 		done := make(chan struct{})
 		go func() {
-			q.ShutDownWithDrain()
+			_ = q.ShutDownWithDrainAll(context.Background())
 			close(done)
 		}()
 		synctest.Wait()

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
 )
 
 // RunConfig configures Run. Its zero value works: retry failed keys without
-// limit, as the queue's rate limiter paces them, report nothing, and stop
-// without draining when the context ends.
+// limit, as the queue's rate limiter paces them, log each failure through
+// log/slog's default logger, and stop without draining when the context
+// ends.
 //
 // It is a struct like Config, not a list of functional options, because the
 // library has one configuration style. It is generic because OnError
@@ -29,8 +31,13 @@ type RunConfig[T comparable] struct {
 	// error (a *PanicError if handle panicked) and whether the key will be
 	// retried. retry is false when MaxRetries was reached or the queue is
 	// shutting down, which would drop the retry. Errors made by RequeueAfter
-	// are not failures and are not reported. Nil means failures are not
-	// reported anywhere: Run logs nothing itself.
+	// are not failures and are not reported.
+	//
+	// Nil means Run logs each failure through log/slog's default logger
+	// (slog.Default(), read at each failure) at Error level, with the
+	// attributes key, error and retry, so that failures are never silent by
+	// default. Set OnError to report them elsewhere (or to drop them: an
+	// OnError that does nothing).
 	//
 	// OnError runs on the worker's goroutine after the retry has been
 	// scheduled and before Done, so calls for one key never overlap, but
@@ -40,7 +47,8 @@ type RunConfig[T comparable] struct {
 	// Drain makes Run drain the queue when ctx ends: the workers go on
 	// handling the keys that are already due (the queue is shut down, so no
 	// new key arrives and no retry is scheduled) until none is ready or
-	// processing. The handle context stays alive during the drain.
+	// processing (Queue.ShutDownWithDrainAll). The handle context stays alive
+	// during the drain.
 	Drain bool
 
 	// DrainTimeout bounds the drain. When it passes, the handle context is
@@ -55,14 +63,19 @@ type RunConfig[T comparable] struct {
 // calls Done, whatever happened.
 //
 //   - nil: the key is forgotten by the rate limiter (Forget).
-//   - an error made by RequeueAfter(d), or wrapping one: the key is
-//     forgotten and added again after d (AddAfter). This is not a failure:
-//     NumRequeues stays 0 and OnError is not called.
+//   - an error made by RequeueAfter(d) with d > 0, or wrapping one: the key
+//     is forgotten and added again after d (AddAfter). This is not a
+//     failure: NumRequeues stays 0 and OnError is not called.
+//   - RequeueAfter(d) with d <= 0: the key is requeued with AddRateLimited,
+//     so that a handle that keeps asking for "again, now" is paced by the
+//     limiter instead of spinning a worker. It counts toward MaxRetries
+//     (once reached, the key is forgotten) but is not a failure: OnError is
+//     not called and nothing is logged.
 //   - any other error: the key is retried with AddRateLimited, unless
 //     RunConfig.MaxRetries is reached, in which case it is forgotten. The
 //     error is reported to RunConfig.OnError.
-//   - a panic: recovered and turned into a *PanicError with the stack, then
-//     treated as an error. The worker goes on with the next key.
+//   - a panic: recovered and turned into a *PanicError with the key and the
+//     stack, then treated as an error. The worker goes on with the next key.
 //
 // handle is called with ctx itself (in drain mode, with a context that has
 // ctx's values and ends when the drain ends). When ctx ends, a running
@@ -78,10 +91,15 @@ type RunConfig[T comparable] struct {
 // ErrDrainInterrupted. Run also returns, with nil, if q is shut down
 // by someone else and no ready key is left. It always leaves q shut down.
 //
-// Run panics if workers < 1, since a Run without workers would wait for ctx
-// doing nothing, if handle is nil, or if it is given more than one
-// RunConfig.
+// Run panics at the call, with a message that names the argument, if q is
+// nil or handle is nil (either would otherwise fail later inside a worker
+// goroutine, where the caller cannot recover it), if workers < 1, since a
+// Run without workers would wait for ctx doing nothing, or if it is given
+// more than one RunConfig.
 func Run[T comparable](ctx context.Context, q *RateLimitingQueue[T], workers int, handle func(context.Context, T) error, cfg ...RunConfig[T]) error {
+	if q == nil || q.Queue == nil {
+		panic("workqueue: Run: nil queue")
+	}
 	if workers < 1 {
 		panic(fmt.Sprintf("workqueue: Run: %d workers, need at least 1", workers))
 	}
@@ -153,7 +171,7 @@ func (r *runner[T]) drain(ctx context.Context) error {
 		dctx, cancel = context.WithTimeout(dctx, r.cfg.DrainTimeout)
 		defer cancel()
 	}
-	err := r.q.ShutDownWithDrainContext(dctx)
+	err := r.q.ShutDownWithDrainAll(dctx)
 	switch {
 	case err == nil:
 		return nil
@@ -190,17 +208,25 @@ func (r *runner[T]) process(ctx context.Context, key T) {
 	switch {
 	case err == nil:
 		r.q.Forget(key)
-	case !panicked && errors.As(err, &ra):
+	case !panicked && errors.As(err, &ra) && ra.After > 0:
 		r.q.Forget(key)
 		r.q.AddAfter(key, ra.After)
+	case !panicked && ra != nil:
+		// RequeueAfter(0) or less: "again, now". AddAfter(key, 0) would
+		// make it ready at once, and a handle that returns this every
+		// time would spin its worker; the limiter paces it instead.
+		if r.retries(key) {
+			r.q.AddRateLimited(key)
+		} else {
+			r.q.Forget(key)
+		}
 	default:
 		// The retry is scheduled before Done, as client-go's controllers
 		// do: the key is then waiting, and Done leaves it waiting.
 		// AddRateLimited ignores a queue that is shutting down by itself;
 		// checking here too makes retry tell OnError the truth and lets
 		// the limiter forget the key.
-		retry := (r.cfg.MaxRetries <= 0 || r.q.NumRequeues(key) < r.cfg.MaxRetries) &&
-			!r.q.ShuttingDown()
+		retry := r.retries(key)
 		if retry {
 			r.q.AddRateLimited(key)
 		} else {
@@ -208,8 +234,19 @@ func (r *runner[T]) process(ctx context.Context, key T) {
 		}
 		if r.cfg.OnError != nil {
 			r.cfg.OnError(key, err, retry)
+		} else {
+			slog.Default().LogAttrs(ctx, slog.LevelError, "workqueue: Run: handle failed",
+				slog.Any("key", key), slog.Any("error", err), slog.Bool("retry", retry))
 		}
 	}
+}
+
+// retries reports whether a key whose handle failed (or asked to run again
+// at once) is to be retried: MaxRetries is not reached and the queue is not
+// shutting down, which would drop the retry.
+func (r *runner[T]) retries(key T) bool {
+	return (r.cfg.MaxRetries <= 0 || r.q.NumRequeues(key) < r.cfg.MaxRetries) &&
+		!r.q.ShuttingDown()
 }
 
 // call runs handle, turning a panic into a *PanicError.
@@ -218,7 +255,7 @@ func (r *runner[T]) call(ctx context.Context, key T) (err error) {
 		// recover returns nil for runtime.Goexit, which is let through;
 		// since Go 1.21, panic(nil) recovers a *runtime.PanicNilError.
 		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
+			err = &PanicError{Key: key, Value: v, Stack: debug.Stack()}
 		}
 	}()
 	return r.handle(ctx, key)
@@ -227,9 +264,11 @@ func (r *runner[T]) call(ctx context.Context, key T) (err error) {
 // RequeueAfter returns an error that tells Run to handle the key again
 // after d: Run forgets the key's failures and calls AddAfter(key, d), so
 // NumRequeues stays 0 and nothing is reported. It is for work that is not
-// failing but has to be looked at again later (polling, an expiry); d <= 0
-// means as soon as possible. Run recognizes the error with errors.As, so it
-// may be wrapped.
+// failing but has to be looked at again later (polling, an expiry). d <= 0
+// means as soon as the rate limiter allows: Run calls AddRateLimited, so the
+// key is not handled again in a hot loop (it counts toward MaxRetries, and
+// is still not reported). Run recognizes the error with errors.As, so it may
+// be wrapped.
 func RequeueAfter(d time.Duration) error { return &RequeueAfterError{After: d} }
 
 // RequeueAfterError is the error made by RequeueAfter.
@@ -243,9 +282,11 @@ func (e *RequeueAfterError) Error() string {
 	return "workqueue: requeue after " + e.After.String()
 }
 
-// PanicError is the error Run reports, through RunConfig.OnError, when
-// handle panics.
+// PanicError is the error Run reports, through RunConfig.OnError or its
+// log, when handle panics.
 type PanicError struct {
+	// Key is the key handle was called with.
+	Key any
 	// Value is the value handle panicked with.
 	Value any
 	// Stack is the stack of the panicking goroutine, from
@@ -254,10 +295,11 @@ type PanicError struct {
 	Stack []byte
 }
 
-// Error returns the panic value followed by the stack, so that logging the
-// error logs where the panic happened.
+// Error returns one line, "workqueue: panic in handler for key K: V", so
+// that one logged error is one log line; the stack is in Stack, for who
+// wants it (log it as its own attribute).
 func (e *PanicError) Error() string {
-	return fmt.Sprintf("workqueue: handle panicked: %v\n\n%s", e.Value, e.Stack)
+	return fmt.Sprintf("workqueue: panic in handler for key %v: %v", e.Key, e.Value)
 }
 
 // Unwrap returns Value if it is an error, so that errors.Is and errors.As

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,7 +185,7 @@ func TestRunRequeueAfter(t *testing.T) {
 				// Wrapped: Run must find it with errors.As.
 				return fmt.Errorf("not ready yet: %w", workqueue.RequeueAfter(runMS(30)))
 			case 2:
-				return workqueue.RequeueAfter(0) // again, now
+				return workqueue.RequeueAfter(0) // again, as the limiter allows
 			default:
 				cancel()
 				return nil
@@ -194,9 +195,9 @@ func TestRunRequeueAfter(t *testing.T) {
 		require.NoError(t, workqueue.Run(ctx, q, 2, handle, workqueue.RunConfig[string]{
 			OnError: func(key string, err error, retry bool) { reports.add(runReport{key, err, retry}) },
 		}))
-		require.Equal(t, []runCall{{"a", 0}, {"a", runMS(30)}, {"a", runMS(30)}}, calls.get(),
-			"RequeueAfter(d) runs the key again after exactly d, not after the limiter's 5ms")
-		require.Equal(t, []int{0, 0, 0}, requeues.get(), "RequeueAfter is not a failure: NumRequeues stays 0")
+		require.Equal(t, []runCall{{"a", 0}, {"a", runMS(30)}, {"a", runMS(35)}}, calls.get(),
+			"RequeueAfter(d) runs the key again after exactly d, not after the limiter's 5ms; RequeueAfter(0) after the limiter's 5ms")
+		require.Equal(t, []int{0, 0, 1}, requeues.get(), "RequeueAfter(d > 0) is not a failure: NumRequeues stays 0; RequeueAfter(0) is a rate-limited requeue")
 		require.Empty(t, reports.get(), "RequeueAfter is not reported")
 	})
 }
@@ -271,9 +272,8 @@ func TestRunRecoversPanics(t *testing.T) {
 		require.Equal(t, "boom", pe.Value)
 		require.Contains(t, string(pe.Stack), "TestRunRecoversPanics",
 			"the stack shows where handle panicked")
-		require.Contains(t, pe.Error(), "boom")
-		require.Contains(t, pe.Error(), "TestRunRecoversPanics", "logging the error logs the stack")
-		require.True(t, strings.HasPrefix(pe.Error(), "workqueue: "), pe.Error())
+		require.Equal(t, "a", pe.Key, "the key is in the error")
+		require.Equal(t, "workqueue: panic in handler for key a: boom", pe.Error(), "one line, with key and value; the stack is in Stack")
 		require.Zero(t, q.NumRequeues("a"), "the successful retry forgot a")
 	})
 }
@@ -492,6 +492,12 @@ func TestRunBadArguments(t *testing.T) {
 	require.PanicsWithValue(t, "workqueue: Run: -1 workers, need at least 1", func() {
 		_ = workqueue.Run(t.Context(), q, -1, h)
 	})
+	require.PanicsWithValue(t, "workqueue: Run: nil queue", func() {
+		_ = workqueue.Run[string](t.Context(), nil, 1, h)
+	}, "a nil queue panics at the call, not in a worker")
+	require.PanicsWithValue(t, "workqueue: Run: nil queue", func() {
+		_ = workqueue.Run(t.Context(), &workqueue.RateLimitingQueue[string]{}, 1, h)
+	}, "so does a zero RateLimitingQueue, which has no queue")
 	require.PanicsWithValue(t, "workqueue: Run: nil handle", func() {
 		_ = workqueue.Run(t.Context(), q, 1, nil)
 	})
@@ -637,4 +643,149 @@ func TestRunDrainInterruptedByShutDown(t *testing.T) {
 		require.Equal(t, []string{"a"}, calls.get(), "no key is taken after the drain was interrupted")
 		require.Equal(t, workqueue.Stats{Ready: 1, Dirty: 1}, q.Stats(), "b is left ready")
 	})
+}
+
+// TestRunRequeueAfterNowDoesNotSpin: RequeueAfter(0) and RequeueAfter(-1)
+// returned every time must not run the key in a hot loop. With the default
+// limiter (5ms doubling) a simulated second allows 0, 5, 15, 35, 75, 155,
+// 315 and 635ms: 8 runs. It spun at tens of thousands before.
+func TestRunRequeueAfterNowDoesNotSpin(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{0, -1} {
+		t.Run(d.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
+				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+				defer cancel()
+				var calls atomic.Int64
+				var reports atomic.Int64
+				q.Add("a")
+				require.NoError(t, workqueue.Run(ctx, q, 2, func(context.Context, string) error {
+					if calls.Add(1) == 1000 {
+						cancel() // spinning: the fake clock would never move
+					}
+					return workqueue.RequeueAfter(d)
+				}, workqueue.RunConfig[string]{
+					OnError: func(string, error, bool) { reports.Add(1) },
+				}))
+				require.Equal(t, int64(8), calls.Load(), "RequeueAfter(%v) is paced by the limiter", d)
+				require.Zero(t, reports.Load(), "RequeueAfter(%v) is not a failure", d)
+			})
+		})
+	}
+}
+
+// TestRunRequeueAfterNowCountsTowardMaxRetries: RequeueAfter(0) is a
+// rate-limited requeue, so MaxRetries bounds it like failures.
+func TestRunRequeueAfterNowCountsTowardMaxRetries(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		q := exponential5ms()
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var calls atomic.Int64
+		result := startRun(ctx, q, 1, func(context.Context, string) error {
+			if calls.Add(1) == 1000 {
+				cancel() // spinning: the fake clock would never move
+			}
+			return workqueue.RequeueAfter(0)
+		}, workqueue.RunConfig[string]{MaxRetries: 3, OnError: func(string, error, bool) {}})
+		q.Add("a")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		cancel()
+		require.NoError(t, <-result)
+		require.Equal(t, int64(4), calls.Load(), "handled once and retried MaxRetries times")
+		require.Zero(t, q.NumRequeues("a"), "then forgotten")
+	})
+}
+
+// recordHandler is a slog.Handler that keeps every record it is given.
+type recordHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.records = append(h.records, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestRunLogsFailuresWithoutOnError: without OnError, each failure goes to
+// slog's default logger at Error level with key, error and retry; with
+// OnError, nothing is logged. Not parallel: it swaps slog's default logger.
+func TestRunLogsFailuresWithoutOnError(t *testing.T) {
+	h := &recordHandler{}
+	old := slog.Default()
+	slog.SetDefault(slog.New(h))
+	t.Cleanup(func() { slog.SetDefault(old) })
+
+	errFail := errors.New("fails")
+	run := func(cfg workqueue.RunConfig[string]) {
+		synctest.Test(t, func(t *testing.T) {
+			q := exponential5ms()
+			ctx, cancel := context.WithCancel(t.Context())
+			var n atomic.Int32
+			result := startRun(ctx, q, 1, func(_ context.Context, key string) error {
+				switch n.Add(1) {
+				case 1:
+					return errFail
+				case 2:
+					panic("boom")
+				default:
+					return nil
+				}
+			}, cfg)
+			q.Add("a")
+			time.Sleep(time.Second)
+			synctest.Wait()
+			cancel()
+			require.NoError(t, <-result)
+		})
+	}
+	run(workqueue.RunConfig[string]{MaxRetries: 1})
+	h.mu.Lock()
+	records := h.records
+	h.records = nil
+	h.mu.Unlock()
+	require.Len(t, records, 2, "each failure is logged once")
+	type attrs struct {
+		key   string
+		err   error
+		retry bool
+	}
+	var got []attrs
+	for _, r := range records {
+		require.Equal(t, slog.LevelError, r.Level, "failures are logged at Error level")
+		var a attrs
+		r.Attrs(func(at slog.Attr) bool {
+			switch at.Key {
+			case "key":
+				a.key, _ = at.Value.Any().(string)
+			case "error":
+				a.err, _ = at.Value.Any().(error)
+			case "retry":
+				a.retry = at.Value.Bool()
+			}
+			return true
+		})
+		got = append(got, a)
+	}
+	require.Equal(t, "a", got[0].key)
+	require.ErrorIs(t, got[0].err, errFail)
+	require.True(t, got[0].retry, "the first failure is retried")
+	require.Equal(t, "a", got[1].key)
+	var pe *workqueue.PanicError
+	require.ErrorAs(t, got[1].err, &pe, "the panic is logged as a *PanicError")
+	require.False(t, got[1].retry, "MaxRetries 1: the second failure is not retried")
+
+	run(workqueue.RunConfig[string]{OnError: func(string, error, bool) {}})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Empty(t, h.records, "with OnError, Run logs nothing")
 }

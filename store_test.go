@@ -296,3 +296,64 @@ func TestFIFOStore(t *testing.T) {
 	require.Equal(t, "c", s.Pop(), "FIFO")
 	require.Zero(t, s.Len(), "empty")
 }
+
+// sliceStore is a user Store: a FIFO over a slice.
+type sliceStore struct{ s []string }
+
+func (s *sliceStore) Push(k string) { s.s = append(s.s, k) }
+func (s *sliceStore) Pop() string   { k := s.s[0]; s.s = s.s[1:]; return k }
+func (s *sliceStore) Len() int      { return len(s.s) }
+func (s *sliceStore) Touch(string)  {}
+
+// TestSharedStorePanics: a Store given to a second queue is caught in
+// NewWithConfig with a clear panic, for the built-in stores and a user's,
+// whatever the second constructor, instead of failing later inside the
+// queue ("assignment to entry in nil map", or keys of one queue handed out
+// by the other).
+func TestSharedStorePanics(t *testing.T) {
+	stores := map[string]func() Store[string]{
+		"FIFOStore":     NewFIFOStore[string],
+		"PriorityStore": func() Store[string] { return NewPriorityStore[string]() },
+		"FairStore":     func() Store[string] { return NewFairStore(func(k string) string { return k[:1] }) },
+		"user":          func() Store[string] { return &sliceStore{} },
+	}
+	for name, mk := range stores {
+		t.Run(name, func(t *testing.T) {
+			s := mk()
+			q := NewWithConfig(Config[string]{Store: s})
+			q.Add("a")
+			require.PanicsWithValue(t, "workqueue: Store already used by another queue", func() {
+				NewWithConfig(Config[string]{Store: s})
+			}, "a second queue on the same store must panic")
+			require.PanicsWithValue(t, "workqueue: Store already used by another queue", func() {
+				NewRateLimitingQueueWithConfig(nil, Config[string]{Name: "x", Store: s})
+			}, "whatever the constructor")
+			other := NewWithConfig(Config[string]{Store: mk()})
+			other.Add("b")
+			k, _ := q.Get()
+			require.Equal(t, "a", k, "the first queue keeps working")
+			k, _ = other.Get()
+			require.Equal(t, "b", k, "and a queue on a store of its own works beside it")
+		})
+	}
+}
+
+// TestClaimedStoresAreForgotten: the set of claimed stores does not keep
+// stores alive, and forgets them once they are gone.
+func TestClaimedStoresAreForgotten(t *testing.T) {
+	count := func() (n int) {
+		claimed.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	before := count()
+	for range 100 {
+		q := NewWithConfig(Config[string]{Store: &sliceStore{}})
+		q.Add("a")
+	}
+	require.GreaterOrEqual(t, count(), before+100, "every live store is claimed")
+	for i := 0; i < 1000 && count() > before; i++ {
+		runtime.GC() // cleanups run on their own goroutine after a cycle
+		runtime.Gosched()
+	}
+	require.LessOrEqual(t, count(), before, "the stores that died are forgotten")
+}

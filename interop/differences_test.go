@@ -114,58 +114,6 @@ func TestDifferenceAddAfterOfReadyKey(t *testing.T) {
 	})
 }
 
-// ShutDownWithDrain: client-go returns as soon as nothing is processing,
-// even with keys still queued (kubernetes PR #141079), so a caller that
-// drains and then exits loses them. Ours returns once nothing is ready and
-// nothing is processing.
-func TestDifferenceShutDownWithDrain(t *testing.T) {
-	t.Parallel()
-	t.Run("ours", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			q := workqueue.New[string]()
-			q.Add("a")
-			returned := make(chan struct{})
-			go func() {
-				q.ShutDownWithDrain()
-				close(returned)
-			}()
-			synctest.Wait()
-			select {
-			case <-returned:
-				t.Fatal("ShutDownWithDrain returned while a was still queued")
-			default:
-			}
-			k, shutdown := q.Get()
-			require.False(t, shutdown, "the queued key is still handed out")
-			q.Done(k)
-			synctest.Wait()
-			select {
-			case <-returned:
-			default:
-				t.Fatal("ShutDownWithDrain did not return once the queue was empty")
-			}
-		})
-	})
-	t.Run("client-go", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			q := clientworkqueue.NewTyped[string]()
-			q.Add("a")
-			returned := make(chan struct{})
-			go func() {
-				q.ShutDownWithDrain()
-				close(returned)
-			}()
-			synctest.Wait()
-			select {
-			case <-returned:
-			default:
-				t.Fatal("client-go's ShutDownWithDrain is expected to return at once")
-			}
-			require.Equal(t, 1, q.Len(), "client-go returned from the drain with a still queued")
-		})
-	})
-}
-
 // AddRateLimited after ShutDown: client-go asks the limiter first, so a
 // queue that is going away still counts a failure (and spends a bucket
 // token). Ours does not touch the limiter.

@@ -7,6 +7,11 @@
 //
 //	queue := workqueue.NewRateLimitingQueueWithConfig(rl, workqueue.Config[string]{Name: "deployment", Metrics: kubemetrics.Provider()})
 //
+// or, so that a name alone is enough, as with client-go, import package
+// register (kubemetrics/register) for its side effect: it makes Provider the
+// process's default (workqueue.SetDefaultMetricsProvider), used by every
+// queue created with a Name and no Config.Metrics.
+//
 // Those families are component-base's
 // (k8s.io/component-base/metrics/prometheus/workqueue): one label, name,
 // histograms with 10 exponential buckets from 1e-8 s. That package installs

@@ -171,3 +171,28 @@ func TestSameNameAsClientGo(t *testing.T) {
 	}
 	require.Zero(t, second[`workqueue_depth{name=Q}`].Value)
 }
+
+// TestNameAloneReportsNothingWithoutRegister is the other half of the
+// register package's test: in a binary that does not import
+// kubemetrics/register (this one), a queue with a Name and no
+// Config.Metrics has no series in the legacy registry, even though
+// component-base's families are there. This is why the register import (or
+// Config.Metrics: kubemetrics.Provider()) is needed.
+func TestNameAloneReportsNothingWithoutRegister(t *testing.T) {
+	kubemetrics.Provider() // the families are registered
+	name := unique("configmaps-unregistered")
+	q := workqueue.NewRateLimitingQueueWithConfig(limiter(), workqueue.Config[string]{Name: name})
+	defer q.ShutDown()
+	q.Add("default/a")
+	got, err := scrape.Of(legacyregistry.DefaultGatherer, name)
+	require.NoError(t, err)
+	require.Empty(t, got, "without the register import a name alone reports nothing")
+
+	theirs := unique("configmaps-theirs")
+	c := clientworkqueue.NewTypedRateLimitingQueueWithConfig(limiter(), clientworkqueue.TypedRateLimitingQueueConfig[string]{Name: theirs})
+	defer c.ShutDown()
+	c.Add("default/a")
+	got, err = scrape.Of(legacyregistry.DefaultGatherer, theirs)
+	require.NoError(t, err)
+	require.NotEmpty(t, got, "while client-go's queue of a name reports (so the scrape can see series)")
+}
