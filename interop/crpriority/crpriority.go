@@ -9,6 +9,8 @@
 package crpriority
 
 import (
+	"context"
+
 	"github.com/go-coalesce/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 )
@@ -84,6 +86,15 @@ func (q *Queue[T]) GetWithPriority() (item T, priority int, shutdown bool) {
 		return item, 0, true
 	}
 	return q.RateLimitingQueue.GetWithPriority()
+}
+
+// ShutDownWithDrainAll is ShutDownWithDrainContext here: it shuts the queue
+// down and waits until no key is processing. The core's ShutDownWithDrainAll
+// also waits for the ready keys to run, but after ShutDown this queue hands
+// none out (see GetWithPriority), so that wait could only end with ctx. The
+// keys left stay in the queue, as controller-runtime's queue leaves them.
+func (q *Queue[T]) ShutDownWithDrainAll(ctx context.Context) error {
+	return q.ShutDownWithDrainContext(ctx)
 }
 
 // Len reports the keys due for a run that Get has not handed out: the ready

@@ -348,3 +348,32 @@ func TestStoppedControllerLeavesBacklog(t *testing.T) {
 		})
 	}
 }
+
+// A full drain of a crpriority queue returns once the key in flight is Done,
+// with keys still ready: Get refuses them after ShutDown, so waiting for
+// them to run would wait for ever. They stay in the queue.
+func TestDrainAllReturnsWithReadyKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := crpriority.New[string](nil, workqueue.Config[string]{})
+		q.Add("a")
+		q.Add("b")
+		key, _ := q.Get()
+		drained := make(chan error, 1)
+		go func() { drained <- q.ShutDownWithDrainAll(t.Context()) }()
+		synctest.Wait()
+		select {
+		case err := <-drained:
+			t.Fatalf("the drain returned (%v) while %q was processing", err, key)
+		default:
+		}
+		q.Done(key)
+		synctest.Wait()
+		select {
+		case err := <-drained:
+			require.NoError(t, err)
+		default:
+			t.Fatal("the drain still waits after the last Done, for a ready key that Get refuses")
+		}
+		require.Equal(t, 1, q.Len(), "the ready key stays in the queue")
+	})
+}
