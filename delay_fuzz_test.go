@@ -126,7 +126,7 @@ func FuzzDeadlines(f *testing.F) {
 	})
 }
 
-// delayQueueModel is the state table of DESIGN.md written the obvious way, for
+// delayQueueModel is the state table (docs/protocol.md) written the obvious way, for
 // one queue with the default FIFO store, or with the priority store.
 type delayQueueModel struct {
 	// quiet and maxWait are Config.Debounce (quiet 0: off); bounce holds

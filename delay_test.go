@@ -1,6 +1,6 @@
 package workqueue
 
-// Tests of AddAfter: the waiting rows of the state table in DESIGN.md, the
+// Tests of AddAfter: the waiting rows of the state table (docs/protocol.md), the
 // timer, shutdown and memory. Every test runs in a synctest bubble, so time
 // is fake: time.Sleep moves the bubble's clock, and synctest.Wait lets the
 // delay timer's callback finish before the test looks at the queue. A key

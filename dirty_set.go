@@ -7,7 +7,8 @@ package workqueue
 // Add, Get and Done hash the key once or twice each instead of four times,
 // which is most of what separates a queue from the lock it is built on.
 //
-// The states of DESIGN.md map onto the flags as follows:
+// The states of the state table (docs/protocol.md) map onto the flags as
+// follows:
 //
 //	absent              no entry
 //	ready               dirty                (the key is in the store)

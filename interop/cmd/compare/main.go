@@ -124,7 +124,11 @@ func main() {
 	fmt.Println(table)
 	fmt.Printf("took %v\n", rep.took.Round(time.Second))
 
-	if err := os.WriteFile(*out+"/PERF.md", []byte(rep.perfMD(table)), 0o644); err != nil {
+	notes, err := keptNotes(*out + "/PERF.md")
+	if err != nil {
+		fail(err)
+	}
+	if err := os.WriteFile(*out+"/PERF.md", []byte(rep.perfMD(table)+notes), 0o644); err != nil {
 		fail(err)
 	}
 	if err := os.WriteFile(*out+"/perf.svg", []byte(rep.svg()), 0o644); err != nil {
@@ -135,7 +139,11 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		if err := replaceBetweenMarkers(*readme, rep.readmeSection(table, filepath.ToSlash(svg))); err != nil {
+		perf, err := relPath(filepath.Dir(*readme), filepath.Join(*out, "PERF.md"))
+		if err != nil {
+			fail(err)
+		}
+		if err := replaceBetweenMarkers(*readme, rep.readmeSection(filepath.ToSlash(svg), filepath.ToSlash(perf))); err != nil {
 			fail(err)
 		}
 	}
@@ -443,16 +451,76 @@ func (rep report) method() string {
 		"Took %v.", rep.command, rep.rounds, rep.bt, rep.took.Round(time.Second))
 }
 
-// readmeSection is the README's performance section; svg is the chart's
-// path relative to the README.
-func (rep report) readmeSection(table, svg string) string {
-	return fmt.Sprintf("Measured on %s.\n%s\n\n![ratios ours/theirs](%s)\n\n%s", rep.machine(), rep.method(), svg, table)
+// readmeSection is the README's performance section: the summary table
+// and links to the chart and to PERF.md, whose paths relative to the
+// README are svg and perf. The full table is PERF.md's alone, so that the
+// README stays short.
+func (rep report) readmeSection(svg, perf string) string {
+	return fmt.Sprintf("Measured on %s with `%s`, %d rounds; ours/theirs is the median of the rounds' ratios "+
+		"(their range in parentheses), below 1 is faster. Every row, with ns/op, allocations, floors and "+
+		"what each workload does: [%s](%s).\n\n![ratios ours/theirs](%s)\n\n%s",
+		rep.machine(), rep.command, rep.rounds, perf, perf, svg, rep.summary())
+}
+
+// summaryRows are the rows of README's summary: one of each kind of
+// workload (a plain cycle, metrics, a burst, a hot key, delays,
+// priorities, contention, a worker pool, memory). PERF.md has all rows.
+var summaryRows = map[string]bool{
+	"cycle": true, "cycle-metrics": true, "burst-1000": true, "hot-key-x10": true,
+	"addafter-10k": true, "priority-1000": true, "distinct-x8-int": true, "pool-2x32-int": true,
+	"memory-plain-int": true, "memory-plain-string": true, "memory-metrics-int": true, "memory-priority-int": true,
+}
+
+// summary is the README's table: for each of summaryRows, what it is
+// compared with, the ratio with its range, and the goal's verdict.
+func (rep report) summary() string {
+	var sb strings.Builder
+	sb.WriteString("| workload | against | ours/theirs | goal |\n")
+	sb.WriteString("| --- | --- | ---: | --- |\n")
+	for _, r := range rep.rows {
+		if !summaryRows[r.w.Name] {
+			continue
+		}
+		lo, hi := r.spread()
+		fmt.Fprintf(&sb, "| %s | %s | **%.2f** (%.2f–%.2f) | %s |\n", r.w.Name, r.w.Theirs, r.ratio(), lo, hi, verdict(r.ratio(), r.w.Goal))
+	}
+	for _, m := range rep.mem {
+		if !summaryRows[m.w.Name] {
+			continue
+		}
+		lo, hi := m.spread()
+		fmt.Fprintf(&sb, "| %s (peak heap, %d keys) | client-go plain | **%.2f** (%.2f–%.2f) | %s |\n",
+			m.w.Name, m.keys, m.peakRatio(), lo, hi, verdict(m.peakRatio(), m.w.Goal))
+	}
+	return sb.String()
+}
+
+// notesMarker starts the hand-written part of PERF.md (what the figures
+// mean, how the contended rows were diagnosed): everything from it to the
+// end of the file is kept when the file is written again.
+const notesMarker = "<!-- notes: written by hand; go run ./cmd/compare keeps everything below this line -->"
+
+// keptNotes returns the hand-written part of the PERF.md at path, from
+// notesMarker on, preceded by a blank line; "" if there is none.
+func keptNotes(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	i := strings.Index(string(b), notesMarker)
+	if i < 0 {
+		return "", nil
+	}
+	return "\n" + string(b[i:]), nil
 }
 
 func (rep report) perfMD(table string) string {
 	var sb strings.Builder
 	sb.WriteString("# Performance: ours against client-go and controller-runtime\n\n")
-	sb.WriteString("Written by `go run ./cmd/compare` in the interop module; do not edit by hand.\n\n")
+	sb.WriteString("Written by `go run ./cmd/compare` in the interop module; do not edit by hand above the notes marker (the notes below it are kept).\n\n")
 	fmt.Fprintf(&sb, "- Machine: %s\n", rep.machine())
 	fmt.Fprintf(&sb, "- Method: %s\n\n", rep.method())
 	sb.WriteString("![ratios ours/theirs](perf.svg)\n\n")
@@ -466,7 +534,7 @@ func (rep report) perfMD(table string) string {
 	sb.WriteString("- `floor/theirs`: the same workload on a floor (bench/floor.go), which does only the work its protocol " +
 		"cannot avoid and nothing else; no queue can do better on this machine, so a goal below the floor's ratio is out of reach here. " +
 		"addafter-10k has two: `slots` keeps key state in an array reached through an index, `map` in a map of states as ours does. " +
-		"The contention rows' `plain` floor is one sync.Mutex, a map, a slice and a sync.Cond (the floor DESIGN.md names); their `backoff` floor is the same " +
+		"The contention rows' `plain` floor is one sync.Mutex, a map, a slice and a sync.Cond (the floor of the contention goals); their `backoff` floor is the same " +
 		"code taking its lock as our queue does (a TryLock that backs off before it parks, lock.go in the core module), the floor for a queue with that lock. " +
 		"ours/floor is the median of each round's ratio of ours to that floor, with a verdict where a goal names the floor.\n")
 	sb.WriteString("- `memory-*`: live heap (after GC) grown by adding that many distinct keys to our queue in the named configuration, " +
