@@ -1,7 +1,7 @@
 package workqueue_test
 
 // Tests of the queue's contract through its exported API: the state table
-// of one key (DESIGN.md) row by row, the blocking behaviour of Get,
+// of one key (docs/protocol.md) row by row, the blocking behaviour of Get,
 // GetContext and the ShutDown family under testing/synctest, the Store
 // protocol, memory after a burst and the absence of goroutines.
 
@@ -184,7 +184,7 @@ func expectCounts(ready, processing, dirty int) step {
 	}
 }
 
-// stateTable holds the rows of DESIGN.md's state table that do not involve
+// stateTable holds the rows of the state table in docs/protocol.md that do not involve
 // waiting, plus the Done and ShutDown rules below it. Every row ends by
 // checking that nothing is left over (no duplicate entry, no stale state).
 var stateTable = []struct {

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-coalesce/workqueue"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -33,17 +31,10 @@ func TestMain(m *testing.M) {
 // the test then fails after its timeout instead of hanging, and leaves
 // that controller's goroutines behind (goleak reports them too).
 func TestMigration(t *testing.T) {
-	// TODO(lead-merge): delete this guard once the core's drain change
-	// (issue #25, decision 1) is merged; it keeps this branch green
-	// before then. The method it looks for arrives with that change.
-	_, drainFixed := reflect.TypeFor[*workqueue.Queue[string]]().MethodByName("ShutDownWithDrainAll")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	for _, v := range Variants {
 		t.Run(v.Name, func(t *testing.T) {
-			if v.Name == "go-coalesce" && !drainFixed {
-				t.Skip("the core's ShutDownWithDrain still waits for every ready key: this trial would hang until its timeout (issue #25, decision 1)")
-			}
 			var out strings.Builder
 			res, err := Trial(ctx, v, 100, 20*time.Second, &out)
 			t.Log("\n" + out.String())
