@@ -196,9 +196,9 @@ type Replica struct {
 
 	// Touched only by the loop goroutine (Run).
 	expire   *time.Timer         // calls lose at deadline
-	memberRV string              // resourceVersion of our membership Lease, "" if unknown
+	member   leaseRef            // our membership Lease as last written or read; zero if unknown
 	seen     map[string]observed // other members: last resourceVersion seen and when
-	shardRV  []string            // resourceVersion of each shard Lease, "" if missing
+	shardRef []leaseRef          // each shard Lease as last seen; zero if missing
 	prev     []int               // the active shards at the last sync
 	aliveFor int                 // ticks since the session began
 	jitter   *rand.Rand          // draws each period's jitter (see period)
@@ -228,8 +228,8 @@ type run struct {
 }
 
 type observed struct {
-	rv string
-	at time.Time
+	ref leaseRef
+	at  time.Time
 }
 
 // Errors given as the cause of a cancelled run's context.
@@ -288,15 +288,15 @@ func New(cfg Config) (*Replica, error) {
 		return nil, errors.New("sharding: negative GracePeriod")
 	}
 	r := &Replica{
-		cfg:     cfg,
-		field:   cfg.Field,
-		shards:  cfg.Shards,
-		wake:    make(chan struct{}, 1),
-		state:   make([]shard, cfg.Shards),
-		runs:    make(map[uint64]run),
-		gone:    make(map[string]int),
-		seen:    make(map[string]observed),
-		shardRV: make([]string, cfg.Shards),
+		cfg:      cfg,
+		field:    cfg.Field,
+		shards:   cfg.Shards,
+		wake:     make(chan struct{}, 1),
+		state:    make([]shard, cfg.Shards),
+		runs:     make(map[uint64]run),
+		gone:     make(map[string]int),
+		seen:     make(map[string]observed),
+		shardRef: make([]leaseRef, cfg.Shards),
 		// Seeded by the replica's identity: distinct replicas drift
 		// apart, and a test in simulated time replays the same periods.
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
@@ -617,10 +617,10 @@ func (r *Replica) leaveDone(api context.Context) (bool, error) {
 		return false, nil
 	}
 	r.lose(true)
-	if r.memberRV != "" {
+	if r.member.known() {
 		ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
 		defer cancel()
-		_ = r.deleteMember(ctx, r.memberRV) // others fence it if this fails
+		_ = r.deleteMemberOf(ctx, r.cfg.Identity, r.member) // others fence it if this fails
 	}
 	return true, nil
 }
