@@ -147,10 +147,12 @@ type Config struct {
 //  2. The holder starts a new session after losing continuity: it does so
 //     only once every run of the old session has returned.
 //  3. Another replica fences the holder, deleting its membership Lease on
-//     the condition that its resourceVersion is still the one it saw
-//     LeaseDuration ago. The holder's renewal, if any, is conditioned on
-//     the same resourceVersion, so exactly one of the two succeeds: if
-//     the renewal did, the fence fails; if the fence did, the holder's
+//     the condition that its UID and resourceVersion are still the ones it
+//     saw LeaseDuration ago. The holder's renewal, if any, is conditioned
+//     on the same UID and resourceVersion (without the UID, a renewal that
+//     reached the API server after the fence would re-create the Lease:
+//     Leases allow create-on-update), so exactly one of the two succeeds:
+//     if the renewal did, the fence fails; if the fence did, the holder's
 //     last successful renewal is the one the fencer saw, which was sent
 //     before the fencer first saw it, so the holder stopped at most
 //     RenewDeadline after that, while the fencer waited LeaseDuration.

@@ -1,10 +1,13 @@
 // Package fakeleases is an in-memory store of coordination.k8s.io/v1
 // Leases behind client-go's fake clientset that, unlike the fake's object
-// tracker, enforces resourceVersion preconditions as the API server does:
-// an Update or Delete that carries a stale resourceVersion fails with a
-// Conflict, so two replicas cannot both win one Lease. It also counts
-// writes and can cut a replica off (its writes fail), for tests and
-// examples of the sharding package.
+// tracker, answers Lease writes as the API server does: an Update or
+// Delete that carries a stale resourceVersion, or a UID that is not the
+// Lease's (it was deleted, or deleted and created again), fails with a
+// Conflict, so two replicas cannot both win one Lease; an Update of a
+// Lease that does not exist creates it, unless it carries a UID. Cases is
+// the table of writes that pins this, run against the Store and against a
+// real API server. The Store also counts writes and can cut a replica off
+// (its writes fail), for tests and examples of the sharding package.
 package fakeleases
 
 import (
