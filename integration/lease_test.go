@@ -2,10 +2,14 @@ package integration
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-coalesce/workqueue/sharding/fakeleases"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +44,33 @@ func TestLeaseUpdateConflict(t *testing.T) {
 		require.Equal(t, 2, wins, "the fake clientset accepts both writes (if this fails, client-go's fake now checks resourceVersion)")
 		require.Equal(t, 0, conflicts)
 	})
+}
+
+// TestLeaseCases runs fakeleases.Cases, the table of Lease writes that
+// fakeleases' own TestCases runs against its Store, against the real API
+// server, checking each answer's HTTP status as the server sent it. The
+// two runs together keep the fake answering every write a ring makes as
+// the server does: create-on-update of a deleted Lease (201), and the 409
+// of a write whose UID precondition names a Lease that is gone or was
+// re-created, are the ones the fake once got wrong (issue #24).
+func TestLeaseCases(t *testing.T) {
+	admin, err := kubernetes.NewForConfig(server.restConfig())
+	require.NoError(t, err)
+	ns := createNamespace(t, admin, "lease-cases")
+	var last atomic.Int32
+	cfg := server.restConfig()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err == nil && strings.Contains(req.URL.Path, "/leases") {
+				last.Store(int32(resp.StatusCode))
+			}
+			return resp, err
+		})
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	fakeleases.CheckCases(t, client, ns, func() int { return int(last.Load()) })
 }
 
 // raceLeaseUpdates creates a Lease with a, reads it with a and with b, then

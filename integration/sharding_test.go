@@ -109,11 +109,30 @@ func TestShardingCutOff(t *testing.T) {
 	}
 }
 
+// ringSpec is what differs between the rings of the tests: shards,
+// objects, workers, how long a handler works and the timing.
+type ringSpec struct {
+	shards, objects, workers int
+	work                     time.Duration // one handler run, unless cancelled
+	leaseDuration            time.Duration
+	renewDeadline            time.Duration
+	retryPeriod              time.Duration
+	gracePeriod              time.Duration
+}
+
+// defaultRing is the ring of TestShardingExclusion and TestShardingCutOff.
+var defaultRing = ringSpec{
+	shards: ringShards, objects: ringObjects, workers: ringWorkers, work: workTime,
+	leaseDuration: ringLeaseDuration, renewDeadline: ringRenewDeadline,
+	retryPeriod: ringRetryPeriod, gracePeriod: ringGracePeriod,
+}
+
 // ring is one sharded controller on several replicas, all in this process,
 // sharing the API server and a tracker.
 type ring struct {
 	t      *testing.T
 	ctx    context.Context
+	spec   ringSpec
 	name   string
 	ns     string
 	admin  kubernetes.Interface
@@ -139,12 +158,16 @@ type replica struct {
 
 // newRing creates the ring's namespace and objects and starts changing
 // them (one update every few milliseconds, on random objects) until finish.
-func newRing(t *testing.T, name string) *ring {
+func newRing(t *testing.T, name string) *ring { return newRingOf(t, name, defaultRing) }
+
+// newRingOf is newRing for a ring of the given spec.
+func newRingOf(t *testing.T, name string, spec ringSpec) *ring {
 	admin, err := kubernetes.NewForConfig(server.restConfig())
 	require.NoError(t, err)
 	g := &ring{
 		t:        t,
 		ctx:      t.Context(),
+		spec:     spec,
 		name:     name,
 		admin:    admin,
 		track:    newTracker(),
@@ -152,7 +175,7 @@ func newRing(t *testing.T, name string) *ring {
 		replicas: map[string]*replica{},
 	}
 	g.ns = createNamespace(t, admin, name)
-	for i := range ringObjects {
+	for i := range spec.objects {
 		_, err := admin.CoreV1().ConfigMaps(g.ns).Create(g.ctx, configMap(g.ns, fmt.Sprintf("obj-%d", i), "v0"), metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
@@ -180,7 +203,7 @@ func (g *ring) keepChanging() {
 			return
 		case <-tick.C:
 		}
-		name := fmt.Sprintf("obj-%d", rand.IntN(ringObjects))
+		name := fmt.Sprintf("obj-%d", rand.IntN(g.spec.objects))
 		cm, err := cms.Get(g.ctx, name, metav1.GetOptions{})
 		if err == nil {
 			cm.Data["value"] = fmt.Sprintf("v%d", v)
@@ -194,12 +217,19 @@ func (g *ring) keepChanging() {
 
 // join starts a replica. With crash, its Run skips the release when it is
 // stopped, as a killed process would.
-func (g *ring) join(id string, crash bool) {
+func (g *ring) join(id string, crash bool) { g.joinWith(id, crash, nil) }
+
+// joinWith is join with wrap, if not nil, around the replica's Lease
+// requests (outside its link).
+func (g *ring) joinWith(id string, crash bool, wrap func(http.RoundTripper) http.RoundTripper) {
 	g.t.Helper()
 	t := g.t
 	lnk := &link{}
 	leaseConfig := server.restConfig()
 	leaseConfig.WrapTransport = lnk.wrap
+	if wrap != nil {
+		leaseConfig.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return wrap(lnk.wrap(rt)) }
+	}
 	leaseClient, err := kubernetes.NewForConfig(leaseConfig)
 	require.NoError(t, err)
 	// The informer has a client of its own that is never cut: a replica
@@ -219,11 +249,11 @@ func (g *ring) join(id string, crash bool) {
 		Identity:      id,
 		Informer:      informer.Informer(),
 		Queue:         q,
-		Shards:        ringShards,
-		LeaseDuration: ringLeaseDuration,
-		RenewDeadline: ringRenewDeadline,
-		RetryPeriod:   ringRetryPeriod,
-		GracePeriod:   ringGracePeriod,
+		Shards:        g.spec.shards,
+		LeaseDuration: g.spec.leaseDuration,
+		RenewDeadline: g.spec.renewDeadline,
+		RetryPeriod:   g.spec.retryPeriod,
+		GracePeriod:   g.spec.gracePeriod,
 		SkipRelease:   crash,
 	})
 	require.NoError(t, err)
@@ -246,7 +276,7 @@ func (g *ring) join(id string, crash bool) {
 			return nil // deleted: nothing to do (the test deletes nothing)
 		}
 		select {
-		case <-time.After(workTime):
+		case <-time.After(g.spec.work):
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
@@ -254,7 +284,7 @@ func (g *ring) join(id string, crash bool) {
 		return nil
 	}
 	rep.done.Go(func() {
-		_ = workqueue.Run(ctx, q, ringWorkers, r.Handler(handle))
+		_ = workqueue.Run(ctx, q, g.spec.workers, r.Handler(handle))
 	})
 	g.replicas[id] = rep
 }
@@ -335,14 +365,14 @@ func (g *ring) dumpLeases() {
 
 // balance describes the first way the ring is not settled, or returns "".
 func (g *ring) balance(except string) string {
-	holder := make([]string, ringShards)
+	holder := make([]string, g.spec.shards)
 	live := 0
 	for id := range g.replicas {
 		if id != except {
 			live++
 		}
 	}
-	fair := (ringShards + live - 1) / live
+	fair := (g.spec.shards + live - 1) / live
 	for id, rep := range g.replicas {
 		held := rep.r.Shards()
 		if id == except {
@@ -377,7 +407,7 @@ func (g *ring) finish() {
 	close(g.stopCh)
 	g.churn.Wait()
 	cms := g.admin.CoreV1().ConfigMaps(g.ns)
-	for i := range ringObjects {
+	for i := range g.spec.objects {
 		cm, err := cms.Get(g.ctx, fmt.Sprintf("obj-%d", i), metav1.GetOptions{})
 		require.NoError(t, err)
 		cm.Data["value"] = "final"
@@ -386,7 +416,7 @@ func (g *ring) finish() {
 	}
 	var missing []string
 	require.Eventually(t, func() bool {
-		missing = g.track.notReconciled(g.ns, ringObjects, "final")
+		missing = g.track.notReconciled(g.ns, g.spec.objects, "final")
 		return len(missing) == 0
 	}, settleTimeout, 50*time.Millisecond, "objects not reconciled at their last version: %v", func() []string { return missing })
 	g.stopAll()

@@ -1,9 +1,19 @@
 package sharding_test
 
 import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/fakeleases"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 // TestExclusionBoundary tests the timing assumption of invariant 1 at its
@@ -155,5 +165,239 @@ func TestGiveUpRemovesKeys(t *testing.T) {
 			t.Errorf("first replica's queue: %d keys before the join, %d after, for the %d objects of the shards it kept", before, after, owned)
 		}
 		t.Logf("queue of the first replica: %d keys before the join, %d after; it owns %d objects", before, after, owned)
+	})
+}
+
+// TestFencedRenewal is issue #24 in simulated time, over the fake store
+// (which, as the API server does, creates a Lease on an update of one that
+// is gone unless the update carries a UID). The fenced replica's last
+// renewal, sent while it is alive, reaches the store only once another
+// replica has fenced it (deleted its membership Lease), and the fencer's
+// shard writes each take 100-300ms.
+//
+// r-0 holds the ring's one shard. Its membership writes fail from then
+// on (so its Lease stops changing and r-1 counts towards the fence), but
+// the first one sent in the last two periods of its session is held until
+// r-1 has deleted r-0's membership Lease, and then served. Before the fix
+// it re-created the Lease in r-0's old session, r-0 took itself for alive
+// again, read the shard Lease (which still named its session, r-1's
+// acquisition being slow) and ran the shard's keys beside r-1. Now the
+// renewal carries the Lease's UID and is refused, and a renewal answered
+// after its session ended is not accepted anyway.
+func TestFencedRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const victim, fencerID = "r-0", "r-1"
+		rg := newRing(t, 1, 8)
+		rg.block = true
+		rg.workers = 8
+		// RenewDeadline close to LeaseDuration, so that a renewal sent
+		// in the last two periods of a session and held until the fence
+		// is still served within RenewDeadline of being sent.
+		rg.timing.LeaseDuration = 3 * time.Second
+		rg.timing.RenewDeadline = 2500 * time.Millisecond
+		rg.timing.RetryPeriod = 250 * time.Millisecond
+		rg.timing.GracePeriod = time.Second
+		window := rg.timing.RenewDeadline - 2*rg.timing.RetryPeriod
+		memberName := "ctl-member-" + victim
+
+		var (
+			mu       sync.Mutex // protects armed, held and serving
+			armed    bool
+			held     heldWrite
+			serving  bool
+			released = make(chan struct{})
+			slow     atomic.Bool
+			jitter   = rand.New(rand.NewPCG(1, 2))
+		)
+		memberLease := func() (coordinationv1.Lease, bool) {
+			for _, l := range rg.leases.Leases() {
+				if l.Name == memberName {
+					return l, true
+				}
+			}
+			return coordinationv1.Lease{}, false
+		}
+		rg.onWrite = func(id, _ string, l *coordinationv1.Lease, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if id == victim && serving {
+				serving = false
+				held.err = err
+				if l != nil {
+					held.session = l.Annotations[sharding.AnnotationSession]
+				}
+			}
+		}
+		rg.react = func(id string, cs *fake.Clientset) {
+			switch id {
+			case victim:
+				cs.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+					if a.GetVerb() == "get" || a.GetVerb() == "list" {
+						return false, nil, nil
+					}
+					mu.Lock()
+					if !armed {
+						mu.Unlock()
+						return false, nil, nil
+					}
+					sent := time.Now()
+					renewals := rg.renewedAt(victim)
+					lastOK := renewals[len(renewals)-1]
+					u, isUpdate := a.(clienttesting.UpdateAction)
+					if !isUpdate || sent.Before(lastOK.Add(window)) {
+						mu.Unlock()
+						return true, nil, fakeleases.ErrCutOff
+					}
+					armed = false
+					mu.Unlock()
+					l := u.GetObject().(*coordinationv1.Lease)
+					h := heldWrite{
+						renewal: l.Spec.RenewTime.After(l.Spec.AcquireTime.Time),
+						left:    lastOK.Add(rg.timing.RenewDeadline).Sub(sent),
+					}
+					for time.Since(sent) < 4*rg.timing.LeaseDuration {
+						if _, ok := memberLease(); !ok {
+							h.fenced = true
+							break
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					h.served = time.Since(sent)
+					mu.Lock()
+					held = h
+					serving = true // the store's next write of the victim is this one
+					mu.Unlock()
+					close(released)
+					return false, nil, nil // on to the store
+				})
+			case fencerID:
+				cs.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+					if (a.GetVerb() == "update" || a.GetVerb() == "create") && slow.Load() {
+						if l := a.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease); l.Labels[sharding.LabelRole] == "shard" {
+							time.Sleep(100*time.Millisecond + time.Duration(jitter.Int64N(int64(200*time.Millisecond))))
+						}
+					}
+					return false, nil, nil
+				})
+			}
+		}
+		defer rg.stopAll()
+		rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		time.Sleep(time.Second)
+		if got := rg.owner(); got[0] != victim {
+			t.Fatalf("shard 0 held by %q, want %s (first in identity order)", got[0], victim)
+		}
+		before, _ := memberLease()
+		oldSession := before.Annotations[sharding.AnnotationSession]
+
+		mu.Lock()
+		armed = true
+		mu.Unlock()
+		slow.Store(true)
+		<-released
+		// Objects keep changing, so both replicas have keys to run.
+		rg.churnEvery(rg.timing.RetryPeriod/2, 10*time.Millisecond)
+		mu.Lock()
+		h := held
+		mu.Unlock()
+		if !h.renewal || !h.fenced || h.served >= rg.timing.RenewDeadline {
+			t.Fatalf("not issue #24's case: %+v (want a renewal served after the fence, within RenewDeadline of being sent)", h)
+		}
+		if h.err == nil {
+			t.Errorf("%s's renewal, served after the fence, re-created its membership Lease (session %s, the old one: %v)",
+				victim, h.session, h.session == oldSession)
+		}
+		rg.churnEvery(rg.timing.LeaseDuration, 10*time.Millisecond)
+		slow.Store(false)
+		rg.checkExclusive()
+		rg.waitBalanced(leaseDuration)
+		t.Logf("FIGURES fenced renewal: sent %v before the session's deadline, served %v after it was sent, answered %v; %d overlaps",
+			h.left, h.served, h.err, len(rg.tr.violationList()))
+	})
+}
+
+// heldWrite is what TestFencedRenewal's held write was.
+type heldWrite struct {
+	renewal bool          // renewTime after acquireTime: sent while the session was alive
+	fenced  bool          // served after the fence, not after the timeout
+	left    time.Duration // of the session when it was sent
+	served  time.Duration // after it was sent
+	err     error         // the store's answer
+	session string        // of the Lease it stored, if it succeeded
+}
+
+// TestLateAnswerEndsSession checks the other half of issue #24's fix: a
+// renewal's success counts only if its session is still alive when the
+// answer arrives. A lone replica's renewal, sent in the last two periods of
+// its session, is held by the store until 300ms after the session's
+// deadline (the replica has cancelled its runs by then) and then served:
+// the Lease was not fenced, so the update succeeds, within RenewDeadline
+// of being sent. The replica must not take that for a renewal of the
+// session that ended: it holds nothing until it has joined again.
+func TestLateAnswerEndsSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const id = "r-0"
+		rg := newRing(t, 1, 8)
+		rg.timing.LeaseDuration = 3 * time.Second
+		rg.timing.RenewDeadline = 2500 * time.Millisecond
+		rg.timing.RetryPeriod = 250 * time.Millisecond
+		window := rg.timing.RenewDeadline - 2*rg.timing.RetryPeriod
+		var (
+			mu       sync.Mutex // protects armed
+			armed    bool
+			released = make(chan struct{})
+		)
+		rg.react = func(_ string, cs *fake.Clientset) {
+			cs.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if a.GetVerb() == "get" || a.GetVerb() == "list" {
+					return false, nil, nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if !armed {
+					return false, nil, nil
+				}
+				renewals := rg.renewedAt(id)
+				lastOK := renewals[len(renewals)-1]
+				if time.Now().Before(lastOK.Add(window)) {
+					return true, nil, fakeleases.ErrCutOff
+				}
+				armed = false
+				time.Sleep(time.Until(lastOK.Add(rg.timing.RenewDeadline + 300*time.Millisecond)))
+				close(released)
+				return false, nil, nil // on to the store
+			})
+		}
+		defer rg.stopAll()
+		rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		time.Sleep(time.Second)
+		member := func() string {
+			for _, l := range rg.leases.Leases() {
+				if l.Name == "ctl-member-"+id {
+					return l.Annotations[sharding.AnnotationSession]
+				}
+			}
+			return ""
+		}
+		old := member()
+		mu.Lock()
+		armed = true
+		mu.Unlock()
+		<-released
+		for range 2 * rg.timing.RetryPeriod / (10 * time.Millisecond) {
+			synctest.Wait()
+			if held := rg.holders()[0]; len(held) > 0 && member() == old {
+				t.Fatalf("%s holds shard 0 in its old session, after a renewal answered past the session's deadline", id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if member() == old {
+			t.Errorf("%s did not join again with a new session after its session ended", id)
+		}
+		rg.waitBalanced(leaseDuration)
 	})
 }

@@ -155,6 +155,13 @@ type ring struct {
 	retDly  time.Duration   // how long a handler takes to return once cancelled
 	block   bool            // handlers work until cancelled
 	workers int             // per replica; 0 means the constant workers
+	// react, if not nil, is called with each replica's clientset before
+	// the replica starts, to prepend reactors (faults) to its Lease
+	// requests; they run before the store's, under the clientset's lock.
+	react func(id string, cs *fake.Clientset)
+	// onWrite, if not nil, is called after every Lease write, as
+	// fakeleases.Store.OnWrite's function (the store's lock held).
+	onWrite func(id, verb string, l *coordinationv1.Lease, err error)
 	mu      sync.Mutex
 	members map[string]*member
 	seq     int
@@ -196,6 +203,9 @@ func newRing(t *testing.T, shards, objects int) *ring {
 		},
 	}
 	rg.leases.OnWrite(func(id, verb string, l *coordinationv1.Lease, err error) {
+		if rg.onWrite != nil {
+			rg.onWrite(id, verb, l, err)
+		}
 		if err != nil || l == nil || verb == "delete" {
 			return
 		}
@@ -255,7 +265,11 @@ func (rg *ring) start(kill bool) string {
 	inf := f.Apps().V1().Deployments().Informer()
 	q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 	cfg := rg.timing
-	cfg.Client = rg.leases.Clientset(id)
+	cs := rg.leases.Clientset(id)
+	if rg.react != nil {
+		rg.react(id, cs)
+	}
+	cfg.Client = cs
 	cfg.Namespace = "ring"
 	cfg.Name = "ctl"
 	cfg.Identity = id

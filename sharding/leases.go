@@ -10,6 +10,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Labels and annotations of the ring's Leases.
@@ -50,7 +51,8 @@ type view struct {
 }
 
 type memberInfo struct {
-	rv, session string
+	ref     leaseRef
+	session string
 	// confirmed is false for a join: a membership Lease written to start
 	// its session (renewTime = acquireTime), whose writer has not yet been
 	// answered. See (*Replica).plan.
@@ -59,7 +61,7 @@ type memberInfo struct {
 
 type shardInfo struct {
 	exists          bool
-	rv              string
+	ref             leaseRef
 	holder, session string
 	transitions     int32
 }
@@ -91,7 +93,7 @@ func (r *Replica) list(ctx context.Context) (*view, error) {
 			// counts as confirmed, as every member did then.
 			confirmed := le.Spec.AcquireTime == nil || le.Spec.RenewTime == nil ||
 				!le.Spec.AcquireTime.Equal(le.Spec.RenewTime)
-			v.members[id] = memberInfo{rv: le.ResourceVersion, session: le.Annotations[AnnotationSession], confirmed: confirmed}
+			v.members[id] = memberInfo{ref: refOf(le), session: le.Annotations[AnnotationSession], confirmed: confirmed}
 		case roleShard:
 			s, ok := strings.CutPrefix(le.Name, shardPrefix)
 			if !ok || le.Annotations[AnnotationShards] != strconv.Itoa(r.shards) {
@@ -105,7 +107,7 @@ func (r *Replica) list(ctx context.Context) (*view, error) {
 			if le.Spec.LeaseTransitions != nil {
 				tr = *le.Spec.LeaseTransitions
 			}
-			v.shards[n] = shardInfo{exists: true, rv: le.ResourceVersion, holder: holder,
+			v.shards[n] = shardInfo{exists: true, ref: refOf(le), holder: holder,
 				session: le.Annotations[AnnotationSession], transitions: tr}
 		}
 	}
@@ -171,13 +173,41 @@ func (r *Replica) leaseSeconds() int32 {
 	return int32((r.cfg.LeaseDuration + time.Second - 1) / time.Second)
 }
 
-// deleteMember deletes the membership Lease with the given identity if its
-// resourceVersion is still rv.
-func (r *Replica) deleteMemberOf(ctx context.Context, identity, rv string) error {
+// deleteMemberOf deletes the membership Lease with the given identity if
+// it is still the object and version ref names (a fence, or our own leave).
+func (r *Replica) deleteMemberOf(ctx context.Context, identity string, ref leaseRef) error {
 	return r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).Delete(ctx, memberLeaseName(r.cfg.Name, identity),
-		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &ref.uid, ResourceVersion: &ref.rv}})
 }
 
-func (r *Replica) deleteMember(ctx context.Context, rv string) error {
-	return r.deleteMemberOf(ctx, r.cfg.Identity, rv)
+// leaseRef names one version of one Lease object: its UID and
+// resourceVersion, as last read or written. Every write of the ring that
+// changes an existing Lease carries both, and so does every delete; the
+// API server then refuses it (409 Conflict) unless the Lease is still that
+// object at that version.
+//
+// The resourceVersion alone is not enough: the API server creates a Lease
+// on an update of one that does not exist (Leases allow create-on-update)
+// and compares the resourceVersion with nothing then, so an update that
+// arrives after another replica deleted the Lease would bring it back,
+// answered 201, as if it had never been deleted (issue #24: a fenced
+// replica's delayed renewal revived its old session). A UID in the object
+// is a precondition that a missing Lease fails, so no write of the ring can
+// re-create a Lease; the only writes that create one are Creates, which
+// fail if it exists.
+type leaseRef struct {
+	uid types.UID
+	rv  string
+}
+
+func refOf(l *coordinationv1.Lease) leaseRef { return leaseRef{uid: l.UID, rv: l.ResourceVersion} }
+
+// known reports whether ref names a Lease (else the next write creates it).
+func (ref leaseRef) known() bool { return ref.rv != "" }
+
+// on makes l a conditional update of the Lease version ref names.
+func (ref leaseRef) on(l *coordinationv1.Lease) *coordinationv1.Lease {
+	l.UID = ref.uid
+	l.ResourceVersion = ref.rv
+	return l
 }

@@ -52,6 +52,21 @@ func (r *Replica) tick(api context.Context) {
 // answers are lost, and it may learn its Lease's resourceVersion back from
 // a Conflict and a Get, so it cannot rely on its Lease going still to be
 // fenced; writing joins is how it stops holding a share it cannot use.
+//
+// A session never comes back once it has ended (issue #24):
+//
+//   - An update carries the UID and resourceVersion of our Lease (see
+//     leaseRef), so it cannot re-create a Lease another replica deleted.
+//     Finding the Lease gone ends the session at once: another replica
+//     fenced it and may hold its shards. Only a Create makes a new Lease,
+//     and it is always a join.
+//   - A renewal's success is accepted only if the session is still alive
+//     when the answer arrives: less than RenewDeadline since the renewal
+//     was sent, and before the session's own deadline (the expire timer
+//     may not have fired yet). An answer that comes later proves nothing
+//     about now: the session's runs may have been cancelled, and another
+//     replica may have fenced it and taken its shards in between. The
+//     next write is then a join.
 func (r *Replica) renew(ctx context.Context) {
 	r.mu.Lock()
 	alive, inflight, session := r.alive, r.inflight, r.session
@@ -68,36 +83,39 @@ func (r *Replica) renew(ctx context.Context) {
 	lease := r.memberLease(session, start, sent)
 	var out *coordinationv1.Lease
 	var err error
-	if r.memberRV == "" {
+	if !r.member.known() {
 		out, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	} else {
-		lease.ResourceVersion = r.memberRV
-		out, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		out, err = leases.Update(ctx, r.member.on(lease), metav1.UpdateOptions{})
 	}
 	if err != nil {
-		switch {
-		case apierrors.IsNotFound(err):
-			r.memberRV = "" // fenced, or never made: create it next time
-		case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
-			// Our own earlier write whose answer was lost, or a Lease
-			// left by an earlier run of this identity. Only this
-			// replica writes it (others only delete it), so the next
-			// update may build on it; a lapsed session still starts a
-			// new one.
-			if cur, gerr := leases.Get(ctx, lease.Name, metav1.GetOptions{}); gerr == nil {
-				r.memberRV = cur.ResourceVersion
-			}
+		if r.memberGone(ctx, err) && alive {
+			r.lose(true)
 		}
 		return
 	}
-	r.memberRV = out.ResourceVersion
+	r.member = refOf(out)
+	now := time.Now()
 	deadline := sent.Add(r.cfg.RenewDeadline)
 	r.mu.Lock()
-	if !r.alive {
+	switch {
+	case !now.Before(deadline):
+		// Too late for the deadline it would set.
+		r.mu.Unlock()
+		return
+	case !alive:
+		// A join, answered in time: a new session begins.
 		r.alive = true
 		r.session = session
 		r.sessionStart = start
 		r.aliveFor = 0
+	case r.alive && r.session == session && now.Before(r.deadline):
+		// A renewal of the session, which is still alive.
+	default:
+		// A renewal of a session that ended while it was in flight
+		// (or whose deadline has passed, the timer about to end it).
+		r.mu.Unlock()
+		return
 	}
 	r.deadline = deadline
 	r.mu.Unlock()
@@ -108,11 +126,48 @@ func (r *Replica) renew(ctx context.Context) {
 	}
 }
 
+// memberGone learns what became of our membership Lease after a write of
+// it failed with err, and reports whether the Lease it named is gone: our
+// session, if any, is then over.
+func (r *Replica) memberGone(ctx context.Context, err error) bool {
+	switch {
+	case apierrors.IsNotFound(err):
+		r.member = leaseRef{} // create it next time
+		return true
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+		// A Conflict is a stale resourceVersion (our own earlier write
+		// whose answer was lost: only this replica writes its Lease,
+		// others only delete it) or a UID that is not the Lease's any
+		// more (it was deleted). AlreadyExists is a Lease left by an
+		// earlier run of this identity, or our own create whose answer
+		// was lost. The Lease as it is now tells which.
+		cur, gerr := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).Get(ctx,
+			memberLeaseName(r.cfg.Name, r.cfg.Identity), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(gerr):
+			r.member = leaseRef{}
+			return true
+		case gerr != nil:
+			return false // the next write tells
+		case r.member.known() && cur.UID != r.member.uid:
+			// Deleted, and created again by a join of ours whose
+			// answer was lost: the next write builds on it.
+			r.member = refOf(cur)
+			return true
+		default:
+			r.member = refOf(cur)
+		}
+	}
+	return false
+}
+
 // fence deletes the membership Lease of every other member whose
 // resourceVersion has not changed for LeaseDuration (ownership case 3),
-// and drops it from v: its shards are free. A member whose renewal wins
-// the race keeps its Lease, and this replica sees the new version next
-// time.
+// and drops it from v: its shards are free. The delete is conditioned on
+// the UID and resourceVersion seen, as the member's renewals are, so
+// exactly one of the two wins: a member whose renewal wins keeps its
+// Lease, and this replica sees the new version next time; a renewal that
+// comes after the fence is refused, and cannot re-create the Lease.
 func (r *Replica) fence(ctx context.Context, v *view, now time.Time) {
 	for id := range r.seen {
 		if _, ok := v.members[id]; !ok {
@@ -124,14 +179,14 @@ func (r *Replica) fence(ctx context.Context, v *view, now time.Time) {
 			continue
 		}
 		o, ok := r.seen[id]
-		if !ok || o.rv != m.rv {
-			r.seen[id] = observed{rv: m.rv, at: now}
+		if !ok || o.ref != m.ref {
+			r.seen[id] = observed{ref: m.ref, at: now}
 			continue
 		}
 		if now.Sub(o.at) < r.cfg.LeaseDuration {
 			continue
 		}
-		err := r.deleteMemberOf(ctx, id, m.rv)
+		err := r.deleteMemberOf(ctx, id, m.ref)
 		if err == nil || apierrors.IsNotFound(err) {
 			delete(v.members, id)
 			delete(r.seen, id)
@@ -154,7 +209,7 @@ func (r *Replica) adopt(v *view) bool {
 	}
 	now := time.Now()
 	for i := range v.shards {
-		r.shardRV[i] = v.shards[i].rv
+		r.shardRef[i] = v.shards[i].ref
 		mine := r.alive && v.shards[i].holder == r.cfg.Identity && v.shards[i].session == r.session
 		st := &r.state[i]
 		switch {
@@ -286,7 +341,8 @@ func (r *Replica) plan(ctx context.Context, v *view, session string) {
 }
 
 // acquire writes shard i's Lease to name this replica and its session, on
-// the condition that it is still the version v showed (or still missing).
+// the condition that it is still the object and version v showed (or
+// still missing: a create, which fails if another replica was faster).
 func (r *Replica) acquire(ctx context.Context, i int, s shardInfo, session string) {
 	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
 	lease := r.shardLease(i, r.cfg.Identity, session, s.transitions+1, time.Now())
@@ -295,13 +351,12 @@ func (r *Replica) acquire(ctx context.Context, i int, s shardInfo, session strin
 	if !s.exists {
 		out, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	} else {
-		lease.ResourceVersion = s.rv
-		out, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		out, err = leases.Update(ctx, s.ref.on(lease), metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return // someone else was faster, or the API failed: next tick
 	}
-	r.shardRV[i] = out.ResourceVersion
+	r.shardRef[i] = refOf(out)
 	r.mu.Lock()
 	if r.alive && r.session == session && !r.leaving && r.state[i].state == shardFree {
 		r.state[i] = shard{state: shardActive, inflight: r.state[i].inflight}
@@ -354,18 +409,18 @@ func (r *Replica) progress(api context.Context) time.Time {
 	defer cancel()
 	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
 	for _, i := range release {
-		if r.shardRV[i] == "" {
+		if !r.shardRef[i].known() {
 			continue
 		}
 		lease := r.shardLease(i, "", "", 0, now)
 		lease.Spec.AcquireTime = nil
-		lease.ResourceVersion = r.shardRV[i]
-		out, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+		out, err := leases.Update(ctx, r.shardRef[i].on(lease), metav1.UpdateOptions{})
 		switch {
 		case err == nil:
-			r.shardRV[i] = out.ResourceVersion
+			r.shardRef[i] = refOf(out)
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			// Changed under us: the session must be over.
+			// Changed or deleted under us (a deleted Lease answers
+			// 409 too, for the UID): the session must be over.
 		default:
 			continue // retried after the next tick
 		}

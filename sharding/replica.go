@@ -147,10 +147,12 @@ type Config struct {
 //  2. The holder starts a new session after losing continuity: it does so
 //     only once every run of the old session has returned.
 //  3. Another replica fences the holder, deleting its membership Lease on
-//     the condition that its resourceVersion is still the one it saw
-//     LeaseDuration ago. The holder's renewal, if any, is conditioned on
-//     the same resourceVersion, so exactly one of the two succeeds: if
-//     the renewal did, the fence fails; if the fence did, the holder's
+//     the condition that its UID and resourceVersion are still the ones it
+//     saw LeaseDuration ago. The holder's renewal, if any, is conditioned
+//     on the same UID and resourceVersion (without the UID, a renewal that
+//     reached the API server after the fence would re-create the Lease:
+//     Leases allow create-on-update), so exactly one of the two succeeds:
+//     if the renewal did, the fence fails; if the fence did, the holder's
 //     last successful renewal is the one the fencer saw, which was sent
 //     before the fencer first saw it, so the holder stopped at most
 //     RenewDeadline after that, while the fencer waited LeaseDuration.
@@ -196,9 +198,9 @@ type Replica struct {
 
 	// Touched only by the loop goroutine (Run).
 	expire   *time.Timer         // calls lose at deadline
-	memberRV string              // resourceVersion of our membership Lease, "" if unknown
+	member   leaseRef            // our membership Lease as last written or read; zero if unknown
 	seen     map[string]observed // other members: last resourceVersion seen and when
-	shardRV  []string            // resourceVersion of each shard Lease, "" if missing
+	shardRef []leaseRef          // each shard Lease as last seen; zero if missing
 	prev     []int               // the active shards at the last sync
 	aliveFor int                 // ticks since the session began
 	jitter   *rand.Rand          // draws each period's jitter (see period)
@@ -228,8 +230,8 @@ type run struct {
 }
 
 type observed struct {
-	rv string
-	at time.Time
+	ref leaseRef
+	at  time.Time
 }
 
 // Errors given as the cause of a cancelled run's context.
@@ -288,15 +290,15 @@ func New(cfg Config) (*Replica, error) {
 		return nil, errors.New("sharding: negative GracePeriod")
 	}
 	r := &Replica{
-		cfg:     cfg,
-		field:   cfg.Field,
-		shards:  cfg.Shards,
-		wake:    make(chan struct{}, 1),
-		state:   make([]shard, cfg.Shards),
-		runs:    make(map[uint64]run),
-		gone:    make(map[string]int),
-		seen:    make(map[string]observed),
-		shardRV: make([]string, cfg.Shards),
+		cfg:      cfg,
+		field:    cfg.Field,
+		shards:   cfg.Shards,
+		wake:     make(chan struct{}, 1),
+		state:    make([]shard, cfg.Shards),
+		runs:     make(map[uint64]run),
+		gone:     make(map[string]int),
+		seen:     make(map[string]observed),
+		shardRef: make([]leaseRef, cfg.Shards),
 		// Seeded by the replica's identity: distinct replicas drift
 		// apart, and a test in simulated time replays the same periods.
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
@@ -617,10 +619,10 @@ func (r *Replica) leaveDone(api context.Context) (bool, error) {
 		return false, nil
 	}
 	r.lose(true)
-	if r.memberRV != "" {
+	if r.member.known() {
 		ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
 		defer cancel()
-		_ = r.deleteMember(ctx, r.memberRV) // others fence it if this fails
+		_ = r.deleteMemberOf(ctx, r.cfg.Identity, r.member) // others fence it if this fails
 	}
 	return true, nil
 }

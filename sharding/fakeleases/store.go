@@ -1,14 +1,18 @@
 // Package fakeleases is an in-memory store of coordination.k8s.io/v1
 // Leases behind client-go's fake clientset that, unlike the fake's object
-// tracker, enforces resourceVersion preconditions as the API server does:
-// an Update or Delete that carries a stale resourceVersion fails with a
-// Conflict, so two replicas cannot both win one Lease. It also counts
-// writes and can cut a replica off (its writes fail), for tests and
-// examples of the sharding package.
+// tracker, answers Lease writes as the API server does: an Update or
+// Delete that carries a stale resourceVersion, or a UID that is not the
+// Lease's (it was deleted, or deleted and created again), fails with a
+// Conflict, so two replicas cannot both win one Lease; an Update of a
+// Lease that does not exist creates it, unless it carries a UID. Cases is
+// the table of writes that pins this, run against the Store and against a
+// real API server. The Store also counts writes and can cut a replica off
+// (its writes fail), for tests and examples of the sharding package.
 package fakeleases
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
@@ -240,12 +245,8 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 			err = apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
 			return nil, err
 		}
-		s.rv++
-		l.ResourceVersion = strconv.FormatInt(s.rv, 10)
-		l.UID = types.UID("lease-" + l.ResourceVersion)
-		s.leases[k] = l
-		stored = l
-		return l.DeepCopy(), nil
+		stored = s.createLocked(k, l)
+		return stored.DeepCopy(), nil
 	case "update":
 		l := a.(clienttesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
 		if l.Namespace == "" {
@@ -253,17 +254,37 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 		}
 		k := types.NamespacedName{Namespace: l.Namespace, Name: l.Name}
 		cur, ok := s.leases[k]
-		if !ok {
-			err = apierrors.NewNotFound(leaseResource, l.Name)
+		// The API server's order: a UID in the object is a precondition,
+		// checked first, against nothing when the Lease is gone; then a
+		// missing Lease is created (Leases allow create-on-update, and
+		// the resourceVersion is not compared with anything), and only
+		// an existing one needs the resourceVersion it carries.
+		if l.UID != "" && (!ok || l.UID != cur.UID) {
+			var have types.UID
+			if ok {
+				have = cur.UID
+			}
+			err = apierrors.NewConflict(leaseResource, l.Name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", l.UID, have))
 			return nil, err
 		}
-		if l.ResourceVersion != "" && l.ResourceVersion != cur.ResourceVersion {
+		if !ok {
+			stored = s.createLocked(k, l)
+			return stored.DeepCopy(), nil
+		}
+		if l.ResourceVersion == "" {
+			err = apierrors.NewInvalid(coordinationv1.SchemeGroupVersion.WithKind("Lease").GroupKind(), l.Name, field.ErrorList{
+				field.Invalid(field.NewPath("metadata", "resourceVersion"), l.ResourceVersion, "must be specified for an update"),
+			})
+			return nil, err
+		}
+		if l.ResourceVersion != cur.ResourceVersion {
 			err = apierrors.NewConflict(leaseResource, l.Name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 			return nil, err
 		}
 		s.rv++
 		l.ResourceVersion = strconv.FormatInt(s.rv, 10)
 		l.UID = cur.UID
+		l.CreationTimestamp = cur.CreationTimestamp
 		s.leases[k] = l
 		stored = l
 		return l.DeepCopy(), nil
@@ -276,16 +297,28 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 			return nil, err
 		}
 		if p := d.GetDeleteOptions().Preconditions; p != nil {
-			if p.ResourceVersion != nil && *p.ResourceVersion != cur.ResourceVersion {
-				err = apierrors.NewConflict(leaseResource, d.GetName(), errors.New("precondition failed: resourceVersion"))
+			if p.UID != nil && *p.UID != cur.UID {
+				err = apierrors.NewConflict(leaseResource, d.GetName(), fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, cur.UID))
 				return nil, err
 			}
-			if p.UID != nil && *p.UID != cur.UID {
-				err = apierrors.NewConflict(leaseResource, d.GetName(), errors.New("precondition failed: UID"))
+			if p.ResourceVersion != nil && *p.ResourceVersion != cur.ResourceVersion {
+				err = apierrors.NewConflict(leaseResource, d.GetName(), fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, cur.ResourceVersion))
 				return nil, err
 			}
 		}
 		delete(s.leases, k)
 		return cur.DeepCopy(), nil
 	}
+}
+
+// createLocked stores l as a new object at k, as the API server creates
+// one: a new resourceVersion, a new UID (whatever l carried) and a
+// creation time. s.mu must be held.
+func (s *Store) createLocked(k types.NamespacedName, l *coordinationv1.Lease) *coordinationv1.Lease {
+	s.rv++
+	l.ResourceVersion = strconv.FormatInt(s.rv, 10)
+	l.UID = types.UID("lease-" + l.ResourceVersion)
+	l.CreationTimestamp = metav1.Now()
+	s.leases[k] = l
+	return l
 }

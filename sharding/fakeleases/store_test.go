@@ -79,3 +79,10 @@ func TestConflicts(t *testing.T) {
 		t.Errorf("writes: a+b %d, total %d, want 7", got, want)
 	}
 }
+
+// TestCases runs the table of writes that the integration module runs
+// against a real kube-apiserver: the Store must answer each as the server
+// does.
+func TestCases(t *testing.T) {
+	fakeleases.CheckCases(t, fakeleases.New().Clientset("writer"), "ns", nil)
+}
