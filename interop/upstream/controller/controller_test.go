@@ -76,6 +76,7 @@ func TestUpstreamControllerSuite(t *testing.T) {
 	theirs := h.run(t, "controller-runtime", h.test)
 	ours := h.run(t, "crpriority", h.oursTest(t))
 
+	theirs.Flaked, ours.Flaked = 0, 0 // timing, not the queue: see flakeAttempts
 	if theirs != ours {
 		t.Errorf("controller: counts differ: crpriority %+v, controller-runtime %+v", ours, theirs)
 	}
@@ -179,12 +180,23 @@ func (h *harness) oursTest(t *testing.T) []byte {
 	return []byte(s)
 }
 
-// counts is Ginkgo's summary of one run.
+// counts is Ginkgo's summary of one run. Flaked counts specs that
+// passed on their second attempt (see flakeAttempts); they are among
+// Passed.
 type counts struct {
-	Ran, Total, Passed, Failed, Pending, Skipped int
+	Ran, Total, Passed, Failed, Flaked, Pending, Skipped int
 }
 
-var summaryRE = regexp.MustCompile(`Ran (\d+) of (\d+) Specs in [0-9.]+ seconds\n(?:SUCCESS|FAIL)! -- (\d+) Passed \| (\d+) Failed \| (\d+) Pending \| (\d+) Skipped`)
+var summaryRE = regexp.MustCompile(`Ran (\d+) of (\d+) Specs in [0-9.]+ seconds\n(?:SUCCESS|FAIL)! -- (\d+) Passed \| (\d+) Failed \| (?:(\d+) Flaked \| )?(\d+) Pending \| (\d+) Skipped`)
+
+// flakeAttempts lets Ginkgo run a failed spec once more. Several upstream
+// specs hang on timing (a 1 ms cache sync timeout, 1 s Eventually
+// windows), and on a loaded machine under -race one fails now and then
+// with either queue (seen on controller-runtime's own: "should reset
+// c.startWatches to nil after returning", whose source missed its 1 ms).
+// A queue that is wrong fails a spec on both attempts: the mutants checked
+// for this test did. Flaked specs are logged.
+const flakeAttempts = 2
 
 // run writes test as controller_test.go and runs the package's tests, and
 // requires them to pass with every spec but the skipped ones and upstream's
@@ -192,18 +204,22 @@ var summaryRE = regexp.MustCompile(`Ran (\d+) of (\d+) Specs in [0-9.]+ seconds\
 func (h *harness) run(t *testing.T, backend string, test []byte) counts {
 	writeFile(t, filepath.Join(h.pkgDir, "controller_test.go"), test)
 	start := time.Now()
-	out, err := h.goTest(t, "test", "-race", "-count=1", "-v", "-modfile="+h.modFile, upstreamPkg, "-args", "-ginkgo.no-color")
+	out, err := h.goTest(t, "test", "-race", "-count=1", "-v", "-modfile="+h.modFile, upstreamPkg,
+		"-args", "-ginkgo.no-color", "-ginkgo.flake-attempts="+strconv.Itoa(flakeAttempts))
 	m := summaryRE.FindSubmatch(out)
 	if err != nil || m == nil {
 		t.Fatalf("controller: %s: upstream controller suite failed (%v); output ends:\n%s", backend, err, tail(out, 60))
 	}
-	var n [6]int
+	var n [7]int
 	for i := range n {
-		n[i], _ = strconv.Atoi(string(m[i+1]))
+		n[i], _ = strconv.Atoi(string(m[i+1])) // an absent Flaked is 0
 	}
-	c := counts{Ran: n[0], Total: n[1], Passed: n[2], Failed: n[3], Pending: n[4], Skipped: n[5]}
-	t.Logf("%s: %d passed, %d failed, %d pending, %d skipped of %d specs, in %v",
-		backend, c.Passed, c.Failed, c.Pending, c.Skipped, c.Total, time.Since(start).Round(time.Second))
+	c := counts{Ran: n[0], Total: n[1], Passed: n[2], Failed: n[3], Flaked: n[4], Pending: n[5], Skipped: n[6]}
+	t.Logf("%s: %d passed (%d on a second attempt), %d failed, %d pending, %d skipped of %d specs, in %v",
+		backend, c.Passed, c.Flaked, c.Failed, c.Pending, c.Skipped, c.Total, time.Since(start).Round(time.Second))
+	if c.Flaked > 0 {
+		t.Logf("%s: output ends:\n%s", backend, tail(out, 60))
+	}
 	if c.Failed != 0 || c.Skipped != len(skippedSpecs) || c.Passed == 0 ||
 		c.Passed+c.Failed+c.Pending+c.Skipped != c.Total {
 		t.Errorf("controller: %s: want every spec but %d skipped and upstream's pending passed, got %+v; output ends:\n%s",
