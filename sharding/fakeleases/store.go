@@ -264,7 +264,7 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 			if ok {
 				have = cur.UID
 			}
-			err = apierrors.NewConflict(leaseResource, l.Name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", l.UID, have))
+			err = uidConflict(l.Name, l.UID, have)
 			return nil, err
 		}
 		if !ok {
@@ -298,7 +298,7 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 		}
 		if p := d.GetDeleteOptions().Preconditions; p != nil {
 			if p.UID != nil && *p.UID != cur.UID {
-				err = apierrors.NewConflict(leaseResource, d.GetName(), fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, cur.UID))
+				err = uidConflict(d.GetName(), *p.UID, cur.UID)
 				return nil, err
 			}
 			if p.ResourceVersion != nil && *p.ResourceVersion != cur.ResourceVersion {
@@ -309,6 +309,13 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 		delete(s.leases, k)
 		return cur.DeepCopy(), nil
 	}
+}
+
+// uidConflict is the API server's answer to a write whose UID precondition
+// (want) is not the Lease's UID (have; empty when the Lease is gone), for an
+// update and a delete alike.
+func uidConflict(name string, want, have types.UID) error {
+	return apierrors.NewConflict(leaseResource, name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", want, have))
 }
 
 // createLocked stores l as a new object at k, as the API server creates
