@@ -196,14 +196,18 @@ type Replica struct {
 	// Handler under mu, written by the loop under mu).
 	leaving bool
 
+	// ring is the ring's Leases as the watch delivers them (leases.go).
+	ring *ringView
+
 	// Touched only by the loop goroutine (Run).
-	expire   *time.Timer         // calls lose at deadline
-	member   leaseRef            // our membership Lease as last written or read; zero if unknown
-	seen     map[string]observed // other members: last resourceVersion seen and when
-	shardRef []leaseRef          // each shard Lease as last seen; zero if missing
-	prev     []int               // the active shards at the last sync
-	aliveFor int                 // ticks since the session began
-	jitter   *rand.Rand          // draws each period's jitter (see period)
+	expire   *time.Timer // calls lose at deadline
+	member   leaseRef    // our membership Lease as last written or read; zero if unknown
+	v        view        // the ring for the decision being taken (a copy of ring)
+	fenceAt  time.Time   // the next time a member may be fenced; zero if none
+	tried    tried       // writes that failed since the last tick (see decide)
+	prev     []int       // the active shards at the last sync
+	aliveFor int         // ticks since the session began
+	jitter   *rand.Rand  // draws each period's jitter (see period)
 	// sessionStart is when the join that started the session was sent:
 	// the acquireTime of every renewal of the session.
 	sessionStart time.Time
@@ -227,11 +231,6 @@ type shard struct {
 type run struct {
 	shard  int
 	cancel context.CancelCauseFunc
-}
-
-type observed struct {
-	ref leaseRef
-	at  time.Time
 }
 
 // Errors given as the cause of a cancelled run's context.
@@ -297,8 +296,8 @@ func New(cfg Config) (*Replica, error) {
 		state:    make([]shard, cfg.Shards),
 		runs:     make(map[uint64]run),
 		gone:     make(map[string]int),
-		seen:     make(map[string]observed),
-		shardRef: make([]leaseRef, cfg.Shards),
+		ring:     newRingView(cfg.Name, cfg.Shards),
+		tried:    newTried(cfg.Shards),
 		// Seeded by the replica's identity: distinct replicas drift
 		// apart, and a test in simulated time replays the same periods.
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
@@ -512,6 +511,11 @@ func (r *Replica) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		return nil
 	}
+	stopWatch, synced := r.watchRing(ctx)
+	defer stopWatch()
+	if !synced {
+		return nil
+	}
 
 	api := context.WithoutCancel(ctx)
 	defer func() {
@@ -524,6 +528,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		changed := false
 		select {
 		case <-done:
 			done = nil
@@ -534,11 +539,15 @@ func (r *Replica) Run(ctx context.Context) error {
 			r.leave()
 		case <-timer.C:
 		case <-r.wake:
+		case <-r.ring.changed:
+			changed = true
 		}
 		now := time.Now()
 		if !now.Before(next) {
 			next = now.Add(r.period())
 			r.tick(api)
+		} else {
+			r.react(api, now, changed)
 		}
 		r.sync() // before progress: keys are removed before a release
 		wakeAt := r.progress(api)
@@ -553,6 +562,9 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 		if wakeAt.IsZero() || next.Before(wakeAt) {
 			wakeAt = next
+		}
+		if !r.fenceAt.IsZero() && r.fenceAt.Before(wakeAt) {
+			wakeAt = r.fenceAt
 		}
 		timer.Reset(time.Until(wakeAt))
 	}
