@@ -289,15 +289,15 @@ func New(cfg Config) (*Replica, error) {
 		return nil, errors.New("sharding: negative GracePeriod")
 	}
 	r := &Replica{
-		cfg:      cfg,
-		field:    cfg.Field,
-		shards:   cfg.Shards,
-		wake:     make(chan struct{}, 1),
-		state:    make([]shard, cfg.Shards),
-		runs:     make(map[uint64]run),
-		gone:     make(map[string]int),
-		ring:     newRingView(cfg.Name, cfg.Shards),
-		tried:    newTried(cfg.Shards),
+		cfg:    cfg,
+		field:  cfg.Field,
+		shards: cfg.Shards,
+		wake:   make(chan struct{}, 1),
+		state:  make([]shard, cfg.Shards),
+		runs:   make(map[uint64]run),
+		gone:   make(map[string]int),
+		ring:   newRingView(cfg.Name, cfg.Shards),
+		tried:  newTried(cfg.Shards),
 		// Seeded by the replica's identity: distinct replicas drift
 		// apart, and a test in simulated time replays the same periods.
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
