@@ -507,6 +507,7 @@ func (r *Replica) progress(api context.Context) time.Time {
 	var release []int
 	var wakeAt time.Time
 	r.mu.Lock()
+	session := r.session
 	for i := range r.state {
 		s := &r.state[i]
 		switch {
@@ -531,7 +532,12 @@ func (r *Replica) progress(api context.Context) time.Time {
 	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
 	for _, i := range release {
 		s := r.ring.shard(i)
-		if !s.exists || r.tried.shard[i] == versionOf(s) {
+		// Release only the version that names this replica's session.
+		// The view may have moved on since the shard began draining (our
+		// session ended and another replica took the shard, or a release
+		// whose answer was lost landed): emptying that version would take
+		// the shard from its new holder. adopt frees the shard then.
+		if !s.exists || s.holder != r.cfg.Identity || s.session != session || r.tried.shard[i] == versionOf(s) {
 			continue
 		}
 		lease := r.shardLease(i, "", "", 0, now)
