@@ -90,7 +90,8 @@ type Config struct {
 	// a cancelled handler takes to return. Zero means DefaultRenewDeadline.
 	RenewDeadline time.Duration
 	// RetryPeriod is the period of the replica's loop: it renews its
-	// membership Lease and reads the ring once per period. Each period
+	// membership Lease once per period (it watches the ring, and acts on
+	// a change when the watch delivers it, not at the period). Each period
 	// is RetryPeriod plus a jitter of up to a tenth of it (and of half
 	// of RenewDeadline − RetryPeriod), so that replicas started together
 	// do not write in lockstep; the loop never runs more often than once
@@ -148,7 +149,8 @@ type Config struct {
 //     only once every run of the old session has returned.
 //  3. Another replica fences the holder, deleting its membership Lease on
 //     the condition that its UID and resourceVersion are still the ones it
-//     saw LeaseDuration ago. The holder's renewal, if any, is conditioned
+//     first saw LeaseDuration ago (when its watch delivered them). The
+//     holder's renewal, if any, is conditioned
 //     on the same UID and resourceVersion (without the UID, a renewal that
 //     reached the API server after the fence would re-create the Lease:
 //     Leases allow create-on-update), so exactly one of the two succeeds:
@@ -166,6 +168,16 @@ type Config struct {
 // therefore never take a shard, holds no share for long: either its Lease
 // stops changing and case 3 fences it, or its joins land, free its old
 // shards (case 2) and get no share (issue #14).
+//
+// The replica sees the ring through a watch, which may lag behind the
+// server or restart with a relist; none of this rests on the view being
+// fresh. Every write carries the UID and resourceVersion of the version it
+// was decided on, so the server refuses it once that version is gone; the
+// facts that free a shard (its holder's membership Lease deleted, or
+// naming another session) never become false again, so a decision on an
+// old view that they hold is still right, or its write is refused; and a
+// watch delivers a version only after its write was sent, which is all
+// case 3 needs of "first saw".
 //
 // Case 3 rests on the timing assumption of client-go's leader election:
 // clocks advance at nearly the same rate, and LeaseDuration − RenewDeadline
@@ -486,7 +498,8 @@ func (r *Replica) eventHandler() cache.ResourceEventHandler {
 // Run holds shards until ctx ends: it joins the ring, renews its
 // membership Lease every RetryPeriod, takes and gives up shards to keep the
 // ring balanced, enqueues every object of a shard it gains and removes the
-// keys of a shard it gives up. It first waits for the informer to sync.
+// keys of a shard it gives up. It first waits for the informer to sync and
+// for the first list of the ring's Leases, which it then watches.
 //
 // When ctx ends, Run leaves gracefully (unless Config.SkipRelease): it
 // stops admitting keys, drains and releases its shards (at most
@@ -573,7 +586,7 @@ func (r *Replica) Run(ctx context.Context) error {
 // period returns the time to the next tick: RetryPeriod plus a jitter
 // drawn from [0, RetryPeriod/10], capped at half of RenewDeadline −
 // RetryPeriod so that a period stays well inside RenewDeadline. Replicas
-// started together would otherwise renew and LIST at the same instants
+// started together would otherwise renew at the same instants
 // for as long as they run; the jitter spreads their requests over the
 // period. It only lengthens
 // the period, so the loop still writes at most one membership Lease per
