@@ -542,7 +542,11 @@ func (l *link) wrap(rt http.RoundTripper) http.RoundTripper {
 		case linkLoseResponses:
 			resp, err := rt.RoundTrip(req)
 			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
+				// A watch's body is a stream that ends only when the
+				// watch does: drop it rather than read it to the end.
+				if req.URL.Query().Get("watch") != "true" {
+					_, _ = io.Copy(io.Discard, resp.Body)
+				}
 				resp.Body.Close()
 			}
 			return nil, errCut
