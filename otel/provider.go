@@ -51,6 +51,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/internal/metricsbook"
 )
 
 // ScopeName is the name of the Meter that a Provider takes from its
@@ -137,9 +138,12 @@ type Provider struct {
 	longest      metric.Float64ObservableGauge
 	reg          metric.Registration
 
-	mu           sync.Mutex   // protects queues, unregistered, names and byName
-	queues       []*liveQueue // queues whose gauges are observed, in creation order
-	unregistered bool         // set by Unregister: queues stays empty
+	// The queues whose gauges are observed, by name: the rules above
+	// (sums, the larger longest, when a shut-down queue goes) are the
+	// Book's. Unregister closes it.
+	book metricsbook.Book[*nameState]
+
+	mu sync.Mutex // protects names and byName
 	// names holds the counters of every name a queue has had, in the
 	// order the names first appeared; byName indexes it. Names are never
 	// forgotten, as cumulative counters must not be: the map grows with
@@ -163,13 +167,6 @@ type nameState struct {
 	adds, retries atomic.Int64
 }
 
-// liveQueue is one queue whose gauges a Provider observes.
-type liveQueue struct {
-	name     *nameState
-	stats    func() workqueue.Stats
-	shutDown atomic.Bool // set by QueueMetrics.ShutDown
-}
-
 // queueMetrics receives the events of one queue. The attribute option is
 // built once per name and kept in a one-element slice, so that an event
 // passes it to the histogram without allocating: a variadic call with an
@@ -178,7 +175,7 @@ type queueMetrics struct {
 	p          *Provider
 	name       *nameState
 	recordOpts []metric.RecordOption
-	live       *liveQueue
+	live       *metricsbook.Queue[*nameState]
 }
 
 var _ workqueue.MetricsProvider = (*Provider)(nil)
@@ -261,11 +258,7 @@ func NewProvider(mp metric.MeterProvider) (*Provider, error) {
 // of queues already made, and of queues made afterwards.
 func (p *Provider) Unregister() error {
 	err := p.reg.Unregister()
-	p.mu.Lock()
-	clear(p.queues)
-	p.queues = nil
-	p.unregistered = true
-	p.mu.Unlock()
+	p.book.Close()
 	return err
 }
 
@@ -289,106 +282,43 @@ func (p *Provider) nameState(name string) *nameState {
 func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) workqueue.QueueMetrics {
 	p.mu.Lock()
 	n := p.nameState(name)
-	live := &liveQueue{name: n, stats: stats}
-	if !p.unregistered {
-		p.queues = append(p.queues, live)
-	}
 	p.mu.Unlock()
 	return &queueMetrics{
 		p:          p,
 		name:       n,
 		recordOpts: []metric.RecordOption{n.attr},
-		live:       live,
+		live:       p.book.Add(n, stats), // kept unless Unregister has run
 	}
-}
-
-// gauges are the values observed for one name.
-type gauges struct {
-	attr                metric.MeasurementOption
-	depth, delayed      int
-	unfinished, longest time.Duration
 }
 
 // observe is the Provider's callback: it observes the counters of every
 // name, reads the Stats of every live queue and observes the gauges, one
-// point per name.
+// point per name, in the order the names first had a queue.
 func (p *Provider) observe(_ context.Context, o metric.Observer) error {
-	// Stats takes the queue's lock, so it is called without p.mu held: a
-	// collection never holds two locks at once.
-	p.mu.Lock()
-	queues := append([]*liveQueue(nil), p.queues...)
-	names := append([]*nameState(nil), p.names...)
-	unregistered := p.unregistered
-	p.mu.Unlock()
-	if unregistered {
-		// The SDK may still be running this callback when Unregister
-		// returns; observe nothing from then on.
+	totals, ok := metricsbook.Totals(&p.book, func(n *nameState) *nameState { return n })
+	if !ok {
+		// Unregister has run, and the SDK may still be running this
+		// callback: observe nothing from then on.
 		return nil
 	}
+	// After the Stats: every name with gauges has its counters observed
+	// too, since its state is made before its queue joins the Book.
+	p.mu.Lock()
+	names := append([]*nameState(nil), p.names...)
+	p.mu.Unlock()
 
 	for _, n := range names {
 		o.ObserveInt64(p.adds, n.adds.Load(), n.attr)
 		o.ObserveInt64(p.retries, n.retries.Load(), n.attr)
 	}
-
-	byName := make(map[*nameState]*gauges, len(queues))
-	order := make([]*gauges, 0, len(queues)) // observe in creation order
-	var finished []*liveQueue
-	for _, q := range queues {
-		// Load shutDown before reading Stats: if the queue had shut down
-		// by then, the Stats are of the shut-down queue, and a shut-down
-		// queue with nothing ready, waiting or processing stays that way
-		// (Add and AddAfter are ignored after ShutDown).
-		down := q.shutDown.Load()
-		s := q.stats()
-		if down && s.Ready == 0 && s.Waiting == 0 && s.Processing == 0 {
-			finished = append(finished, q)
-			continue
-		}
-		g := byName[q.name]
-		if g == nil {
-			g = &gauges{attr: q.name.attr}
-			byName[q.name] = g
-			order = append(order, g)
-		}
-		g.depth += s.Dirty
-		g.delayed += s.Waiting
-		g.unfinished += s.UnfinishedWork
-		g.longest = max(g.longest, s.LongestRunning)
-	}
-	if len(finished) > 0 {
-		p.forget(finished)
-	}
-
-	for _, g := range order {
-		o.ObserveInt64(p.depth, int64(g.depth), g.attr)
-		o.ObserveInt64(p.delayed, int64(g.delayed), g.attr)
-		o.ObserveFloat64(p.unfinished, g.unfinished.Seconds(), g.attr)
-		o.ObserveFloat64(p.longest, g.longest.Seconds(), g.attr)
+	for _, g := range totals {
+		attr := g.Key.attr
+		o.ObserveInt64(p.depth, int64(g.Depth), attr)
+		o.ObserveInt64(p.delayed, int64(g.Delayed), attr)
+		o.ObserveFloat64(p.unfinished, g.Unfinished.Seconds(), attr)
+		o.ObserveFloat64(p.longest, g.Longest.Seconds(), attr)
 	}
 	return nil
-}
-
-// forget stops observing the given queues and drops the Provider's
-// references to them.
-func (p *Provider) forget(finished []*liveQueue) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	kept := p.queues[:0]
-	for _, q := range p.queues {
-		drop := false
-		for _, f := range finished {
-			if q == f {
-				drop = true
-				break
-			}
-		}
-		if !drop {
-			kept = append(kept, q)
-		}
-	}
-	clear(p.queues[len(kept):]) // let the dropped queues be collected
-	p.queues = kept
 }
 
 // Added implements workqueue.QueueMetrics.
@@ -424,4 +354,4 @@ func (m *queueMetrics) Worked(d time.Duration) {
 
 // ShutDown implements workqueue.QueueMetrics. It only marks the queue: the
 // next collections decide, from Stats, when its gauges go (see Provider).
-func (m *queueMetrics) ShutDown() { m.live.shutDown.Store(true) }
+func (m *queueMetrics) ShutDown() { m.live.ShutDown() }

@@ -3,7 +3,5 @@ package prometheus
 // LiveQueues returns how many queues p reports gauges for (and keeps
 // reachable).
 func LiveQueues(p *Provider) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.queues)
+	return p.book.Len()
 }

@@ -34,11 +34,10 @@
 package prometheus
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/internal/metricsbook"
 	prom "github.com/prometheus/client_golang/prometheus"
 )
 
@@ -79,15 +78,10 @@ type Provider struct {
 	unfinished   *prom.Desc
 	longest      *prom.Desc
 
-	mu     sync.Mutex   // protects queues
-	queues []*liveQueue // queues whose gauges are reported, in creation order
-}
-
-// liveQueue is one queue whose gauges a Provider reports.
-type liveQueue struct {
-	name     string
-	stats    func() workqueue.Stats
-	shutDown atomic.Bool // set by QueueMetrics.ShutDown
+	// The queues whose gauges are reported, by name: the rules above
+	// (sums, the larger longest, when a shut-down queue goes) are the
+	// Book's.
+	book metricsbook.Book[string]
 }
 
 // queueMetrics receives the events of one queue. The children of the vecs
@@ -98,7 +92,7 @@ type queueMetrics struct {
 	retries      prom.Counter
 	queueLatency prom.Observer
 	workDuration prom.Observer
-	live         *liveQueue
+	live         *metricsbook.Queue[string]
 }
 
 var (
@@ -171,16 +165,12 @@ func NewProvider(reg prom.Registerer) *Provider {
 // once, from NewWithConfig; the queue's series (counters at zero) appear from
 // then on.
 func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) workqueue.QueueMetrics {
-	live := &liveQueue{name: name, stats: stats}
-	p.mu.Lock()
-	p.queues = append(p.queues, live)
-	p.mu.Unlock()
 	return &queueMetrics{
 		adds:         p.adds.WithLabelValues(name),
 		retries:      p.retries.WithLabelValues(name),
 		queueLatency: p.queueLatency.WithLabelValues(name),
 		workDuration: p.workDuration.WithLabelValues(name),
-		live:         live,
+		live:         p.book.Add(name, stats),
 	}
 }
 
@@ -206,74 +196,16 @@ func (p *Provider) Collect(ch chan<- prom.Metric) {
 	p.collectGauges(ch)
 }
 
-// gauges are the values reported for one name.
-type gauges struct {
-	depth, delayed      int
-	unfinished, longest time.Duration
-}
-
+// collectGauges reports the gauges of every name that has a live queue,
+// summed (and the longest the larger) over the queues of that name.
 func (p *Provider) collectGauges(ch chan<- prom.Metric) {
-	// Stats takes the queue's lock, so it is called without p.mu held: a
-	// scrape never holds two locks at once.
-	p.mu.Lock()
-	queues := append([]*liveQueue(nil), p.queues...)
-	p.mu.Unlock()
-
-	byName := make(map[string]*gauges, len(queues))
-	var finished []*liveQueue
-	for _, q := range queues {
-		// Load shutDown before reading Stats: if the queue had shut down
-		// by then, the Stats are of the shut-down queue, and a shut-down
-		// queue with nothing ready, waiting or processing stays that way
-		// (Add and AddAfter are ignored after ShutDown).
-		down := q.shutDown.Load()
-		s := q.stats()
-		if down && s.Ready == 0 && s.Waiting == 0 && s.Processing == 0 {
-			finished = append(finished, q)
-			continue
-		}
-		g := byName[q.name]
-		if g == nil {
-			g = new(gauges)
-			byName[q.name] = g
-		}
-		g.depth += s.Dirty
-		g.delayed += s.Waiting
-		g.unfinished += s.UnfinishedWork
-		g.longest = max(g.longest, s.LongestRunning)
+	totals, _ := metricsbook.Totals(&p.book, func(name string) string { return name })
+	for _, g := range totals {
+		ch <- prom.MustNewConstMetric(p.depth, prom.GaugeValue, float64(g.Depth), g.Key)
+		ch <- prom.MustNewConstMetric(p.delayed, prom.GaugeValue, float64(g.Delayed), g.Key)
+		ch <- prom.MustNewConstMetric(p.unfinished, prom.GaugeValue, g.Unfinished.Seconds(), g.Key)
+		ch <- prom.MustNewConstMetric(p.longest, prom.GaugeValue, g.Longest.Seconds(), g.Key)
 	}
-	if len(finished) > 0 {
-		p.forget(finished)
-	}
-
-	for name, g := range byName {
-		ch <- prom.MustNewConstMetric(p.depth, prom.GaugeValue, float64(g.depth), name)
-		ch <- prom.MustNewConstMetric(p.delayed, prom.GaugeValue, float64(g.delayed), name)
-		ch <- prom.MustNewConstMetric(p.unfinished, prom.GaugeValue, g.unfinished.Seconds(), name)
-		ch <- prom.MustNewConstMetric(p.longest, prom.GaugeValue, g.longest.Seconds(), name)
-	}
-}
-
-// forget stops reporting the given queues and drops the Provider's
-// references to them.
-func (p *Provider) forget(finished []*liveQueue) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	kept := p.queues[:0]
-	for _, q := range p.queues {
-		drop := false
-		for _, f := range finished {
-			if q == f {
-				drop = true
-				break
-			}
-		}
-		if !drop {
-			kept = append(kept, q)
-		}
-	}
-	clear(p.queues[len(kept):]) // let the dropped queues be collected
-	p.queues = kept
 }
 
 // Added implements workqueue.QueueMetrics.
@@ -290,4 +222,4 @@ func (m *queueMetrics) Worked(d time.Duration) { m.workDuration.Observe(d.Second
 
 // ShutDown implements workqueue.QueueMetrics. It only marks the queue: the
 // next scrapes decide, from Stats, when its gauges go (see Provider).
-func (m *queueMetrics) ShutDown() { m.live.shutDown.Store(true) }
+func (m *queueMetrics) ShutDown() { m.live.ShutDown() }

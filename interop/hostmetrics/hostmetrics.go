@@ -43,8 +43,9 @@
 //
 // A queue that has shut down and has nothing ready, waiting or processing
 // stops contributing (its series stay, at the value the host holds, 0),
-// and is forgotten by the Provider; see the Prometheus adapter of the core
-// module for the same rule.
+// and is forgotten by the Provider: the rule of the Prometheus and
+// OpenTelemetry adapters, kept for all three in one place
+// (github.com/go-coalesce/workqueue/internal/metricsbook).
 package hostmetrics
 
 import (
@@ -53,10 +54,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/internal/metricsbook"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -114,9 +115,12 @@ const (
 type Provider struct {
 	host Host // set in New, read-only afterwards
 
-	mu     sync.Mutex          // protects queues and prios
-	queues []*liveQueue        // queues whose gauges are reported, in creation order
-	prios  map[string]prioSeen // by queue name: the priority labels its depth has shown
+	// The queues whose gauges are reported: when a shut-down queue goes
+	// is the Book's rule.
+	book metricsbook.Book[*liveQueue]
+
+	mu    sync.Mutex          // protects prios
+	prios map[string]prioSeen // by queue name: the priority labels its depth has shown
 }
 
 // prioSeen is the set of priority labels shown for one name; overflow is
@@ -126,13 +130,12 @@ type prioSeen struct {
 	overflow bool
 }
 
-// liveQueue is one queue whose gauges a Provider reports.
+// liveQueue is what a Provider needs to report one queue, besides its
+// Stats.
 type liveQueue struct {
-	labels     []string // Host.Labels(name)
-	stats      func() workqueue.Stats
+	labels     []string          // Host.Labels(name)
 	byPriority func(map[int]int) // nil without a PriorityStore
 	name       string
-	shutDown   atomic.Bool // set by QueueMetrics.ShutDown
 }
 
 var (
@@ -213,7 +216,7 @@ func (p *Provider) NewPriorityQueueMetrics(name string, stats func() workqueue.S
 func (p *Provider) newQueueMetrics(name string, stats func() workqueue.Stats, byPriority func(map[int]int)) workqueue.QueueMetrics {
 	h := &p.host
 	lvs := h.Labels(name)
-	live := &liveQueue{labels: lvs, stats: stats, name: name}
+	live := &liveQueue{labels: lvs, name: name}
 	if h.Priority {
 		live.byPriority = byPriority
 		if byPriority == nil {
@@ -224,15 +227,12 @@ func (p *Provider) newQueueMetrics(name string, stats func() workqueue.Stats, by
 	}
 	h.Unfinished.Touch(lvs...)
 	h.Longest.Touch(lvs...)
-	p.mu.Lock()
-	p.queues = append(p.queues, live)
-	p.mu.Unlock()
 	return &queueMetrics{
 		adds:         h.Adds(lvs...),
 		retries:      h.Retries(lvs...),
 		queueLatency: h.Latency(lvs...),
 		workDuration: h.WorkDuration(lvs...),
-		live:         live,
+		live:         p.book.Add(live, stats),
 	}
 }
 
@@ -241,7 +241,7 @@ func (p *Provider) newQueueMetrics(name string, stats func() workqueue.Stats, by
 type queueMetrics struct {
 	adds, retries              Counter
 	queueLatency, workDuration Observer
-	live                       *liveQueue
+	live                       *metricsbook.Queue[*liveQueue]
 }
 
 // Added implements workqueue.QueueMetrics.
@@ -258,7 +258,7 @@ func (m *queueMetrics) Worked(d time.Duration) { m.workDuration.Observe(d.Second
 
 // ShutDown implements workqueue.QueueMetrics. It marks the queue: the next
 // scrapes decide, from Stats, when it stops contributing.
-func (m *queueMetrics) ShutDown() { m.live.shutDown.Store(true) }
+func (m *queueMetrics) ShutDown() { m.live.ShutDown() }
 
 type gaugeKind int
 
@@ -312,10 +312,10 @@ func (m *mergedGauge) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		delete(ours, key)
-		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.combine(d.GetGauge().GetValue(), v.v), v.labels...)
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, m.combine(d.GetGauge().GetValue(), v.of(m.kind)), v.labels...)
 	}
 	for _, v := range ours {
-		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, v.v, v.labels...)
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, v.of(m.kind), v.labels...)
 		m.host.Touch(v.labels...) // the host keeps the series from now on, as for its own queues
 	}
 }
@@ -328,77 +328,61 @@ func (m *mergedGauge) combine(host, ours float64) float64 {
 }
 
 // value is one series of our queues: label values (in the family's order)
-// and the combined value of every queue with them.
+// and the gauges of every queue with them, combined.
 type value struct {
 	labels []string
-	v      float64
+	g      metricsbook.Gauges
 }
 
-// values returns our queues' series of one gauge family. It
-// reads every live queue's Stats (and priorities, for depth), so a scrape
-// costs one brief lock of each queue per family, and forgets the queues
-// that have shut down with nothing left.
-func (p *Provider) values(kind gaugeKind) []*value {
-	// Stats takes the queue's lock, so it is called without p.mu held: a
-	// scrape never holds two locks at once.
-	p.mu.Lock()
-	queues := append([]*liveQueue(nil), p.queues...)
-	p.mu.Unlock()
+// of is the value of the family kind.
+func (v *value) of(kind gaugeKind) float64 {
+	switch kind {
+	case unfinishedGauge:
+		return v.g.Unfinished.Seconds()
+	case longestGauge:
+		return v.g.Longest.Seconds()
+	}
+	return float64(v.g.Depth)
+}
 
+// values returns our queues' series of one gauge family. It reads every
+// live queue's Stats (and priorities, for depth), so a scrape costs one
+// brief lock of each queue per family, and forgets the queues that have
+// shut down with nothing left.
+func (p *Provider) values(kind gaugeKind) []*value {
 	byKey := make(map[string]*value)
 	var out []*value
-	add := func(lvs []string, v float64) {
+	series := func(lvs []string) *value {
 		k := strings.Join(lvs, "\xff")
-		if cur, ok := byKey[k]; ok {
-			if kind == longestGauge {
-				cur.v = max(cur.v, v)
-			} else {
-				cur.v += v
-			}
+		v, ok := byKey[k]
+		if !ok {
+			v = &value{labels: lvs}
+			byKey[k] = v
+			out = append(out, v)
+		}
+		return v
+	}
+	p.book.Each(func(bq *metricsbook.Queue[*liveQueue], s workqueue.Stats) {
+		q := bq.Meta
+		if kind != depthGauge || !p.host.Priority {
+			series(q.labels).g.Add(s)
 			return
 		}
-		byKey[k] = &value{labels: lvs, v: v}
-		out = append(out, byKey[k])
-	}
-	var finished []*liveQueue
-	for _, q := range queues {
-		// Load shutDown before Stats: a shut-down queue found empty
-		// stays empty (Add and AddAfter are ignored after ShutDown).
-		down := q.shutDown.Load()
-		s := q.stats()
-		if down && s.Ready == 0 && s.Waiting == 0 && s.Processing == 0 {
-			finished = append(finished, q)
-			continue
+		if q.byPriority == nil {
+			series(withPriority(q.labels, "0")).g.Add(s)
+			return
 		}
-		switch kind {
-		case unfinishedGauge:
-			add(q.labels, s.UnfinishedWork.Seconds())
-		case longestGauge:
-			add(q.labels, s.LongestRunning.Seconds())
-		case depthGauge:
-			if !p.host.Priority {
-				add(q.labels, float64(s.Dirty))
-				continue
+		counts := map[int]int{}
+		q.byPriority(counts)
+		overflow := p.seePriorities(q.name, counts)
+		for prio, n := range counts {
+			l := PriorityOverflow
+			if !overflow {
+				l = strconv.Itoa(prio)
 			}
-			if q.byPriority == nil {
-				add(withPriority(q.labels, "0"), float64(s.Dirty))
-				continue
-			}
-			counts := map[int]int{}
-			q.byPriority(counts)
-			overflow := p.seePriorities(q.name, counts)
-			for prio, n := range counts {
-				l := PriorityOverflow
-				if !overflow {
-					l = strconv.Itoa(prio)
-				}
-				add(withPriority(q.labels, l), float64(n))
-			}
+			series(withPriority(q.labels, l)).g.Depth += n
 		}
-	}
-	if len(finished) > 0 {
-		p.forget(finished)
-	}
+	})
 	return out
 }
 
@@ -425,25 +409,6 @@ func (p *Provider) seePriorities(name string, counts map[int]int) (overflow bool
 		return true
 	}
 	return false
-}
-
-// forget stops reporting the given queues and drops the Provider's
-// references to them.
-func (p *Provider) forget(finished []*liveQueue) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	kept := p.queues[:0]
-	for _, q := range p.queues {
-		drop := false
-		for _, f := range finished {
-			drop = drop || q == f
-		}
-		if !drop {
-			kept = append(kept, q)
-		}
-	}
-	clear(p.queues[len(kept):])
-	p.queues = kept
 }
 
 func withPriority(lvs []string, prio string) []string {

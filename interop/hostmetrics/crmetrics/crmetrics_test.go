@@ -156,16 +156,20 @@ func run(t *testing.T, name string, nq newQueue, usePQ bool, items []item) (mid,
 	case <-time.After(30 * time.Second):
 		t.Fatalf("controller %s did not settle", name)
 	}
-	// The last Reconcile has returned; its Done follows at once. Scrape
-	// once the queue holds nothing: its depth and work counts are final.
+	// settled is closed inside the last Reconcile, before the controller
+	// calls Done. Wait until every run is counted in work_duration: a
+	// queue reports a run there once its Done has returned.
 	require.Eventually(t, func() bool {
 		s, err := scrape.Of(metrics.Registry, name)
-		if err != nil {
-			return false
-		}
-		end = s
-		return end[`workqueue_work_duration_seconds{controller=Q,name=Q}`].Value == float64(len(items)+2)
+		return err == nil && s[`workqueue_work_duration_seconds{controller=Q,name=Q}`].Value == float64(len(items)+2)
 	}, 30*time.Second, time.Millisecond, "every run of %s must be counted", name)
+	// Then scrape again for the final values. The scrape that saw the last
+	// run counted is not one moment: the registry collects its families
+	// concurrently, so it may have read the age gauges before that Done
+	// (a longest running processor of a few ms) and the histogram after.
+	// Everything this scrape reads comes after the last Done.
+	end, err = scrape.Of(metrics.Registry, name)
+	require.NoError(t, err, "a scrape of metrics.Registry must not fail")
 	return mid, end
 }
 
