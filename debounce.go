@@ -35,7 +35,7 @@ func (d Debounce) validate() {
 
 // A debounced key waits in the delay heap like a key given AddAfter: it is
 // "waiting", counted in Stats.Waiting, and its one pending run is at the
-// deadline the key table holds (keyState.when). What debouncing adds is
+// deadline the key table holds (its when column). What debouncing adds is
 // that a later Add may move that deadline later, which AddAfter never does.
 // So for each key whose pending run came from a debounced Add, the queue
 // keeps two more numbers, in a side table that only such keys are in
@@ -72,20 +72,21 @@ const never = math.MaxInt64
 // due later than a fixed time already asked for, and a key already due now
 // keeps its run. q.mu must be held and the queue not shut down.
 func (q *Queue[T]) addDebounced(item T, prio int) {
-	st, ok := q.keys.m[item]
-	if ok && st.flags&fDirty != 0 {
+	t := &q.tab
+	h, slot, pos := t.find(item)
+	if pos >= 0 && t.flags[pos]&fDirty != 0 {
 		// Due now already: the earliest time wins. Only the priority
 		// merges, as for any Add.
-		q.markDirtyState(item, st, ok, prio, false)
+		q.markDirty(item, prio, h, slot, pos, false)
 		return
 	}
 	now := q.now()
-	waiting := ok && st.flags&fWaiting != 0
+	waiting := pos >= 0 && t.flags[pos]&fWaiting != 0
 	b, has := q.bounce.m[item]
 	if !has {
 		b = bounceState{first: now, fixed: never}
 		if waiting {
-			b.fixed = st.when // AddAfter's deadline, which must not move later
+			b.fixed = t.when[pos] // AddAfter's deadline, which must not move later
 		}
 	}
 	when := min(now+q.quiet, b.first+q.maxWait, b.fixed)
@@ -93,14 +94,13 @@ func (q *Queue[T]) addDebounced(item T, prio int) {
 		q.bounce.put(item, b)
 	}
 	if waiting {
-		st.prio = max(st.prio, prio)
-		if when != st.when {
-			q.moveDeadline(item, &st, when)
+		t.setPrio(pos, max(t.prioAt(pos), prio))
+		if when != t.when[pos] {
+			q.moveDeadline(item, pos, when)
 		}
-		q.keys.m[item] = st
 		q.sweepDelay()
 	} else { // absent, or processing with no pending run
-		q.startWaiting(item, st, when, prio)
+		q.startWaiting(item, h, slot, pos, when, prio)
 	}
 	q.arm(now)
 }
