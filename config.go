@@ -33,6 +33,16 @@ type Config[T comparable] struct {
 	// it. NewWithConfig panics unless Quiet and MaxWait are both zero or
 	// 0 < Quiet <= MaxWait. The zero value is off.
 	Debounce Debounce
+	// GetStopsAtShutDown makes Get, GetWithPriority and GetContext report
+	// shutdown as soon as ShutDown (or a drain) has been called, even while
+	// keys are still ready, as controller-runtime's priority queue does;
+	// the ready keys stay in the queue. It is decided under the queue's
+	// lock, so no Get that starts after ShutDown returned hands out a key.
+	// Since no Get hands them out, ShutDownWithDrainAll then waits for the
+	// ready keys until ctx ends: use ShutDownWithDrainContext. The zero
+	// value keeps client-go's rule: Get hands out the ready keys after
+	// ShutDown and reports shutdown once none is left.
+	GetStopsAtShutDown bool
 }
 
 // Stats is a snapshot of a queue's counts, taken under its lock.
@@ -85,6 +95,7 @@ type Queue[T comparable] struct {
 	drainers   int // goroutines waiting in ShutDownWithDrain*
 
 	shuttingDown bool
+	stopGets     bool // Config.GetStopsAtShutDown
 
 	// metrics is nil without metrics; then procs and the table's timed
 	// columns are unused and no clock is read on Add, Get or Done.
@@ -144,8 +155,9 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		claimStore(cfg.Store)
 	}
 	q := &Queue[T]{
-		quiet:   int64(cfg.Debounce.Quiet),
-		maxWait: int64(cfg.Debounce.MaxWait),
+		quiet:    int64(cfg.Debounce.Quiet),
+		maxWait:  int64(cfg.Debounce.MaxWait),
+		stopGets: cfg.GetStopsAtShutDown,
 	}
 	if _, ok := cfg.Store.(*priorityStore[T]); ok {
 		// The built-in priority store: the queue keeps the levels in

@@ -269,7 +269,8 @@ func (q *Queue[T]) wait() {
 // Get blocks until a key is ready, marks it processing and returns it. The
 // caller must call Done(item) when it has finished with it. Once the queue
 // is shut down and no key is ready, Get returns shutdown == true; until
-// then it keeps handing out the keys that were ready.
+// then it keeps handing out the keys that were ready (unless
+// Config.GetStopsAtShutDown is set: then it reports shutdown at once).
 func (q *Queue[T]) Get() (item T, shutdown bool) {
 	item, _, shutdown = q.get()
 	return item, shutdown
@@ -292,7 +293,7 @@ func (q *Queue[T]) get() (item T, prio int, shutdown bool) {
 		q.wait()
 		q.getters--
 	}
-	if q.ready() == 0 {
+	if q.ready() == 0 || q.shuttingDown && q.stopGets {
 		q.mu.Unlock()
 		return item, 0, true
 	}
@@ -307,8 +308,9 @@ func (q *Queue[T]) get() (item T, prio int, shutdown bool) {
 // GetContext is Get that gives up when ctx ends. It returns ctx.Err() if ctx
 // is done before a key is taken (also when it is done on entry, so a worker
 // loop stops taking keys as soon as its context ends), and ErrShutDown once
-// the queue has shut down and no key is ready. A key is either returned,
-// marked processing, or left ready for another getter: never lost.
+// the queue has shut down and no key is ready (or at once, with
+// Config.GetStopsAtShutDown). A key is either returned, marked processing,
+// or left ready for another getter: never lost.
 func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 	var zero T
 	q.lock()
@@ -337,7 +339,7 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 			return zero, err
 		}
 	}
-	if q.ready() == 0 {
+	if q.ready() == 0 || q.shuttingDown && q.stopGets {
 		q.mu.Unlock()
 		return zero, ErrShutDown
 	}

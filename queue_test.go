@@ -1572,3 +1572,53 @@ func TestErrShutDown(t *testing.T) {
 	require.True(t, errors.Is(workqueue.ErrShutDown, workqueue.ErrShutDown), "ErrShutDown is a sentinel")
 	require.Contains(t, workqueue.ErrShutDown.Error(), "workqueue:", "errors start with the package name")
 }
+
+// TestGetStopsAtShutDown checks Config.GetStopsAtShutDown: once ShutDown
+// (or a drain) has been called, Get, GetWithPriority and GetContext report
+// shutdown although keys are ready, the keys stay ready, and a key already
+// processing can still be Done. Without the option the ready keys are
+// handed out (TestGetContextShutDown).
+func TestGetStopsAtShutDown(t *testing.T) {
+	for _, store := range []struct {
+		name string
+		new  func() workqueue.Store[string]
+	}{
+		{"fifo", func() workqueue.Store[string] { return nil }},
+		{"priority", func() workqueue.Store[string] { return workqueue.NewPriorityStore[string]() }},
+		{"fair", func() workqueue.Store[string] { return workqueue.NewFairStore(func(string) string { return "t" }) }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			q := workqueue.NewWithConfig(workqueue.Config[string]{Store: store.new(), GetStopsAtShutDown: true})
+			q.Add("a")
+			q.Add("b")
+			k, shutdown := q.Get()
+			require.False(t, shutdown, "Get hands out keys before ShutDown")
+			require.Equal(t, "a", k)
+			q.ShutDown()
+			_, shutdown = q.Get()
+			require.True(t, shutdown, "Get must report shutdown once ShutDown was called, with a key still ready")
+			_, _, shutdown = q.GetWithPriority()
+			require.True(t, shutdown, "GetWithPriority must report shutdown once ShutDown was called")
+			_, err := q.GetContext(context.Background())
+			require.ErrorIs(t, err, workqueue.ErrShutDown, "GetContext must return ErrShutDown once ShutDown was called")
+			require.Equal(t, 1, q.Len(), "the ready key stays in the queue")
+			q.Done(k)
+			require.Equal(t, workqueue.Stats{Ready: 1, Dirty: 1}, q.Stats(), "Done still works after ShutDown")
+		})
+	}
+	// A Get blocked on an empty queue wakes on ShutDown and reports it, as
+	// without the option.
+	synctest.Test(t, func(t *testing.T) {
+		q := workqueue.NewWithConfig(workqueue.Config[string]{GetStopsAtShutDown: true})
+		ch := make(chan getResult[string], 1)
+		go func() {
+			item, shutdown := q.Get()
+			ch <- getResult[string]{item, shutdown}
+		}()
+		synctest.Wait()
+		require.Empty(t, ch, "Get must block while the queue is empty")
+		q.ShutDown()
+		synctest.Wait()
+		require.Equal(t, getResult[string]{"", true}, <-ch, "a Get woken by ShutDown must report shutdown")
+	})
+}
