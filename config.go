@@ -105,7 +105,8 @@ type Queue[T comparable] struct {
 	// store again when it is a PriorityStore, else nil.
 	store Store[T]
 	// quiet and maxWait are Config.Debounce in nanoseconds (quiet == 0:
-	// off), and bounce holds the debounced keys' bursts (debounce.go).
+	// off); the table's bounce column holds the debounced keys' bursts
+	// (debounce.go).
 	quiet, maxWait int64
 
 	// tab is the key table of every configuration: every key that is
@@ -126,8 +127,6 @@ type Queue[T comparable] struct {
 
 	// delay holds the waiting keys, their heap and the timer (delay.go).
 	delay delayState[T]
-
-	bounce shrinkingMap[T, bounceState]
 
 	// interrupts counts the ShutDown calls that found drainers waiting. A
 	// drainer remembers it when it starts to wait and stops waiting when it
@@ -159,6 +158,7 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		maxWait:  int64(cfg.Debounce.MaxWait),
 		stopGets: cfg.GetStopsAtShutDown,
 	}
+	q.tab.bounced = q.quiet > 0
 	if _, ok := cfg.Store.(*priorityStore[T]); ok {
 		// The built-in priority store: the queue keeps the levels in
 		// its own key table, which then needs no second index of the

@@ -43,7 +43,7 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int) {
 			q.raise(item, pos, prio)
 		case pos >= 0 && t.flags[pos]&fWaiting != 0:
 			t.setPrio(pos, max(t.prioAt(pos), prio))
-			q.fixBounce(item, when)
+			q.fixBounce(pos, when)
 			if when < t.when[pos] {
 				q.moveDeadline(item, pos, when)
 			}
@@ -72,9 +72,9 @@ func deadlineAt(now int64, d time.Duration) int64 {
 
 // startWaiting gives item, which has no pending run (absent, or processing
 // and not dirty), a run due at when, at priority prio: the key starts
-// waiting. h, slot and pos are what q.tab.find returned for it. q.mu must
-// be held.
-func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, prio int) {
+// waiting. h, slot and pos are what q.tab.find returned for it. It returns
+// the key's position. q.mu must be held.
+func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, prio int) int {
 	t := &q.tab
 	t.enableDelays()
 	if pos >= 0 {
@@ -85,6 +85,7 @@ func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, pri
 	}
 	t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
 	q.waiting++
+	return pos
 }
 
 // moveDeadline moves the run of the waiting key at pos to when: a new delay

@@ -63,7 +63,9 @@ import "hash/maphash"
 //   - delayed (from the first AddAfter or debounced Add on): a waiting
 //     key's deadline and the seq of its live delay entry, in when and wseq;
 //   - prioritized (from the first priority other than 0, or from the start
-//     when leveled): the priority of the key's pending run, in prio.
+//     when leveled): the priority of the key's pending run, in prio;
+//   - bounced (a queue with Debounce): a waiting key's burst, in bounce
+//     (debounce.go).
 //
 // A mode once on stays on: a column is not worth dropping while its table
 // holds keys, and it goes with the arrays when the table empties.
@@ -112,6 +114,9 @@ type orderedTable[T comparable] struct {
 	// leveled is set for a queue with the built-in priority store, before
 	// the first key: the table keeps priorities and levels (lv).
 	leveled bool
+	// bounced is set for a queue with Debounce, before the first key: the
+	// table keeps each waiting key's debounce state (bounce).
+	bounced bool
 	// storeOrder is set for a queue with a Store (Config.Store other than
 	// the built-in priority store), before the first key: the Store keeps
 	// the ready keys' order, so a key made ready stays where it is in the
@@ -384,6 +389,9 @@ func (t *orderedTable[T]) compact() {
 	c := &t.columns
 	clear(c.keys[t.tail:tail])
 	clear(c.flags[t.tail:tail])
+	if c.bounce != nil {
+		clear(c.bounce[t.tail:tail]) // a dead entry has no burst
+	}
 	if c.next != nil {
 		clear(c.next[t.tail:tail]) // a dead entry has no links
 		clear(c.prev[t.tail:tail])

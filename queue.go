@@ -122,7 +122,7 @@ func (q *Queue[T]) markDirty(item T, prio int, h uint32, slot, pos int, fired bo
 			q.delay.stale++
 			q.sweepDelay()
 		}
-		since, debounced = q.unbounce(item)
+		since, debounced = q.unbounce(pos)
 	}
 	if t.timed && !debounced {
 		// Queue latency counts from when the key became due, or, for

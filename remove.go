@@ -73,7 +73,7 @@ func (q *Queue[T]) Remove(item T) bool {
 	}
 	switch f := t.flags[pos]; {
 	case f&fWaiting != 0:
-		q.unbounce(item)
+		q.unbounce(pos)
 		if f == fWaiting {
 			t.remove(slot, pos)
 		} else {

@@ -69,7 +69,7 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 		if pos < 0 {
 			continue
 		}
-		if _, debounced := q.bounce.m[e.item]; debounced && q.quiet > 0 {
+		if t.bounced && t.bounce[pos].on {
 			// Its Add came before ShutDown; debouncing only merges
 			// adds, so the run is not lost but due now, in deadline
 			// order.

@@ -19,6 +19,9 @@ type columns[T comparable] struct {
 	prio []int
 	// leveled only: the links of a ready entry in its level's list.
 	next, prev []uint32
+	// bounced only: a waiting key's debounce state. Cleared whenever the
+	// key stops waiting, so an entry is never made or killed with one.
+	bounce []bounceState
 }
 
 // makeColumns allocates the columns the table's modes use, n entries each.
@@ -35,6 +38,9 @@ func (t *orderedTable[T]) makeColumns(n int) columns[T] {
 	}
 	if t.leveled {
 		c.next, c.prev = make([]uint32, n), make([]uint32, n)
+	}
+	if t.bounced {
+		c.bounce = make([]bounceState, n)
 	}
 	return c
 }
@@ -56,6 +62,9 @@ func (c *columns[T]) move(d *columns[T], n, p int, remap []uint64) {
 	if c.next != nil {
 		d.next[n], d.prev[n] = renumber(c.next[p], remap), renumber(c.prev[p], remap)
 	}
+	if c.bounce != nil {
+		d.bounce[n] = c.bounce[p]
+	}
 }
 
 // copyPrefix copies the first n entries of c to d, positions unchanged.
@@ -76,6 +85,9 @@ func (c *columns[T]) copyPrefix(d *columns[T], n int) {
 	if c.next != nil {
 		copy(d.next, c.next[:n])
 		copy(d.prev, c.prev[:n])
+	}
+	if c.bounce != nil {
+		copy(d.bounce, c.bounce[:n])
 	}
 }
 
