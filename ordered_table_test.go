@@ -403,3 +403,30 @@ func TestDoneReportsAfterUnlockWithoutReadingTable(t *testing.T) {
 	<-done
 	require.True(t, q.tab.prioritized)
 }
+
+// A plain queue (no Store) given priorities keeps each run's priority in
+// its table's prio column, allocated by the first priority other than 0,
+// and GetWithPriority hands it back, also for a key that Done moves to the
+// tail of the log and for keys that were there before the column was.
+func TestPlainQueueKeepsPriorities(t *testing.T) {
+	q := New[string]()
+	q.Add("x") // before the column exists: priority 0
+	q.AddWithPriority("a", 5)
+	require.True(t, q.tab.prioritized, "the first priority other than 0 allocates the column")
+	for _, want := range []struct {
+		k string
+		p int
+	}{{"x", 0}, {"a", 5}} {
+		k, p, _ := q.GetWithPriority()
+		require.Equal(t, want.k, k, "a plain queue is FIFO whatever the priorities")
+		require.Equal(t, want.p, p, "the priority of %s's run", k)
+	}
+	q.AddWithPriority("a", 7) // processing+dirty: due again at Done, at 7
+	q.Done("a")               // moves a's entry to the tail of the log
+	q.Done("x")
+	k, p, _ := q.GetWithPriority()
+	require.Equal(t, "a", k)
+	require.Equal(t, 7, p, "the priority travels with the entry Done moves")
+	q.Done(k)
+	require.Zero(t, q.tab.live)
+}
