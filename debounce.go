@@ -35,12 +35,12 @@ func (d Debounce) validate() {
 
 // A debounced key waits in the delay heap like a key given AddAfter: it is
 // "waiting", counted in Stats.Waiting, and its one pending run is at the
-// deadline the key table holds (keyState.when). What debouncing adds is
+// deadline the key table holds (its when column). What debouncing adds is
 // that a later Add may move that deadline later, which AddAfter never does.
 // So for each key whose pending run came from a debounced Add, the queue
-// keeps two more numbers, in a side table that only such keys are in
-// (bounce), so that a queue without Debounce, and a key that never uses it,
-// pays nothing:
+// keeps two more numbers, in a side column of the key table (bounce,
+// table_columns.go) that only a queue with Debounce has, so that a queue
+// without it pays nothing:
 //
 //   - first, when the first debounced Add since the key's last run started
 //     came: the run is never put off past first + MaxWait, and queue
@@ -53,15 +53,16 @@ func (d Debounce) validate() {
 // stale, as AddAfter already does when it moves a deadline earlier: a burst
 // costs one O(1) push per Add (its deadlines arrive in order, so they go to
 // the in-order ring) and no allocation in steady state, and the stale
-// entries are swept as usual. The entry leaves the side table when the run
-// becomes due (deadline, or an AddAfter with d <= 0), or on Remove or
-// ShutDown.
+// entries are swept as usual. The key's bounce state is cleared when the
+// run becomes due (deadline, or an AddAfter with d <= 0), or on Remove or
+// ShutDown: only a waiting key has one, so an entry never dies with it set.
 
 // bounceState is what the queue keeps of a debounced key: see above. Times
 // are queue clock nanoseconds.
 type bounceState struct {
 	first int64
 	fixed int64 // never: no fixed time was asked for
+	on    bool  // the key's pending run came from a debounced Add
 }
 
 const never = math.MaxInt64
@@ -72,62 +73,60 @@ const never = math.MaxInt64
 // due later than a fixed time already asked for, and a key already due now
 // keeps its run. q.mu must be held and the queue not shut down.
 func (q *Queue[T]) addDebounced(item T, prio int) {
-	st, ok := q.keys.m[item]
-	if ok && st.flags&fDirty != 0 {
+	t := &q.tab
+	h, slot, pos := t.find(item)
+	if pos >= 0 && t.flags[pos]&fDirty != 0 {
 		// Due now already: the earliest time wins. Only the priority
 		// merges, as for any Add.
-		q.markDirtyState(item, st, ok, prio, false)
+		q.markDirty(item, prio, h, slot, pos, false)
 		return
 	}
 	now := q.now()
-	waiting := ok && st.flags&fWaiting != 0
-	b, has := q.bounce.m[item]
-	if !has {
-		b = bounceState{first: now, fixed: never}
+	waiting := pos >= 0 && t.flags[pos]&fWaiting != 0
+	var b bounceState
+	if waiting {
+		b = t.bounce[pos]
+	}
+	if !b.on {
+		b = bounceState{first: now, fixed: never, on: true}
 		if waiting {
-			b.fixed = st.when // AddAfter's deadline, which must not move later
+			b.fixed = t.when[pos] // AddAfter's deadline, which must not move later
 		}
 	}
 	when := min(now+q.quiet, b.first+q.maxWait, b.fixed)
-	if !has {
-		q.bounce.put(item, b)
-	}
 	if waiting {
-		st.prio = max(st.prio, prio)
-		if when != st.when {
-			q.moveDeadline(item, &st, when)
+		t.setPrio(pos, max(t.prioAt(pos), prio))
+		if when != t.when[pos] {
+			q.moveDeadline(item, pos, when)
 		}
-		q.keys.m[item] = st
 		q.sweepDelay()
 	} else { // absent, or processing with no pending run
-		q.startWaiting(item, st, when, prio)
+		pos = q.startWaiting(item, h, slot, pos, when, prio)
 	}
+	t.bounce[pos] = b
 	q.arm(now)
 }
 
-// unbounce forgets the debounce state of a waiting key whose run is now
-// due, or cancelled, and returns when its burst began: the time its queue
-// latency counts from. ok is false if the key was not debounced. q.mu must
-// be held.
-func (q *Queue[T]) unbounce(item T) (first int64, ok bool) {
-	if q.quiet == 0 {
+// unbounce forgets the debounce state of the waiting key at pos, whose run
+// is now due, or cancelled, and returns when its burst began: the time its
+// queue latency counts from. ok is false if the key was not debounced. q.mu
+// must be held.
+func (q *Queue[T]) unbounce(pos int) (first int64, ok bool) {
+	t := &q.tab
+	if !t.bounced {
 		return 0, false
 	}
-	b, ok := q.bounce.m[item]
-	if ok {
-		q.bounce.del(item)
-	}
-	return b.first, ok
+	b := t.bounce[pos]
+	t.bounce[pos] = bounceState{}
+	return b.first, b.on
 }
 
-// fixBounce records that AddAfter asked for a run of the waiting key item
-// at when: the debounced deadline may never move past it. q.mu must be held.
-func (q *Queue[T]) fixBounce(item T, when int64) {
-	if q.quiet == 0 {
-		return
-	}
-	if b, ok := q.bounce.m[item]; ok && when < b.fixed {
-		b.fixed = when
-		q.bounce.m[item] = b
+// fixBounce records that AddAfter asked for a run of the waiting key at pos
+// at when: the debounced deadline may never move past it. q.mu must be
+// held.
+func (q *Queue[T]) fixBounce(pos int, when int64) {
+	t := &q.tab
+	if t.bounced && t.bounce[pos].on && when < t.bounce[pos].fixed {
+		t.bounce[pos].fixed = when
 	}
 }

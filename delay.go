@@ -28,33 +28,28 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int) {
 		q.mu.Unlock()
 		return
 	}
+	t := &q.tab
+	h, slot, pos := t.find(item)
 	added := false
 	if d <= 0 {
-		added = q.markDirty(item, prio)
-	} else if q.ordered() && (prio == 0 || q.tab.leveled) {
-		now := q.now()
-		q.addAfterOrdered(item, deadlineAt(now, d), prio)
-		q.arm(now)
+		added = q.markDirty(item, prio, h, slot, pos, false)
 	} else {
-		q.toFull()
 		now := q.now()
 		when := deadlineAt(now, d)
-		st, ok := q.keys.m[item]
 		switch {
-		case ok && st.flags&fDirty != 0:
+		case pos >= 0 && t.flags[pos]&fDirty != 0:
 			// Due now already, which is earlier; only the priority
 			// may merge upwards.
-			q.raise(item, st, prio)
-		case ok && st.flags&fWaiting != 0:
-			st.prio = max(st.prio, prio)
-			q.fixBounce(item, when)
-			if when < st.when {
-				q.moveDeadline(item, &st, when)
+			q.raise(item, pos, prio)
+		case pos >= 0 && t.flags[pos]&fWaiting != 0:
+			t.setPrio(pos, max(t.prioAt(pos), prio))
+			q.fixBounce(pos, when)
+			if when < t.when[pos] {
+				q.moveDeadline(item, pos, when)
 			}
-			q.keys.m[item] = st
 			q.sweepDelay()
 		default: // absent, or processing with no pending run
-			q.startWaiting(item, st, when, prio)
+			q.startWaiting(item, h, slot, pos, when, prio)
 		}
 		q.arm(now)
 	}
@@ -75,81 +70,55 @@ func deadlineAt(now int64, d time.Duration) int64 {
 	return 1<<63 - 1 // d so large it overflows: never, in practice
 }
 
-// addAfterOrdered is AddAfter on the ordered table (at priority 0 unless
-// it is leveled), following the AddAfter column of the state table as the
-// full table does: a key due now stays so, a waiting key keeps the earlier
-// deadline, and an absent or only-processing key starts waiting; the
-// priorities of two runs that merge merge upwards. q.mu must be held.
-func (q *Queue[T]) addAfterOrdered(item T, when int64, prio int) {
+// startWaiting gives item, which has no pending run (absent, or processing
+// and not dirty), a run due at when, at priority prio: the key starts
+// waiting. h, slot and pos are what q.tab.find returned for it. It returns
+// the key's position. q.mu must be held.
+func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, prio int) int {
 	t := &q.tab
 	t.enableDelays()
-	h, slot, pos := t.find(item)
-	switch {
-	case pos >= 0 && t.flags[pos]&fDirty != 0:
-		// Due now already, which is earlier.
-		if t.leveled {
-			t.raise(pos, prio)
-		}
-	case pos >= 0 && t.flags[pos]&fWaiting != 0:
-		if t.leveled {
-			t.prio[pos] = max(t.prio[pos], prio)
-		}
-		if when < t.when[pos] {
-			t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
-			q.delay.stale++
-		}
-		q.sweepDelay()
-	default:
-		if pos >= 0 {
-			t.flags[pos] |= fWaiting // processing, with no pending run
-			if t.leveled {
-				t.prio[pos] = prio
-			}
-		} else {
-			pos = t.insertAs(item, h, slot, fWaiting, prio)
-		}
-		t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
-		q.waiting++
+	if pos >= 0 {
+		t.flags[pos] |= fWaiting
+		t.setPrio(pos, prio)
+	} else {
+		pos = t.insertAs(item, h, slot, fWaiting, prio)
 	}
-}
-
-// startWaiting gives item, which has no pending run (absent, or processing
-// and not dirty; st is its entry), a run due at when, at priority prio.
-// q.mu must be held.
-func (q *Queue[T]) startWaiting(item T, st keyState, when int64, prio int) {
-	st.flags |= fWaiting
-	st.when = when
-	st.wseq = q.delay.push(item, when)
-	st.prio = prio
-	q.keys.put(item, st)
+	t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
 	q.waiting++
+	return pos
 }
 
-// moveDeadline moves the run of the waiting key whose entry is st to when:
-// a new delay entry becomes the live one and the old one goes stale (the
-// key table says which entry is live). The caller stores st. q.mu must be
-// held.
-func (q *Queue[T]) moveDeadline(item T, st *keyState, when int64) {
-	st.when = when
-	st.wseq = q.delay.push(item, when)
+// moveDeadline moves the run of the waiting key at pos to when: a new delay
+// entry becomes the live one and the old one goes stale (the key table
+// says which entry is live). q.mu must be held.
+func (q *Queue[T]) moveDeadline(item T, pos int, when int64) {
+	q.tab.when[pos], q.tab.wseq[pos] = when, q.delay.push(item, when)
 	q.delay.stale++
 }
 
-// raise gives a dirty key (state st) the priority prio if that is higher
-// than its own, and moves it in the store if the key is ready there and the
-// store is a PriorityStore; it reports whether it moved it. q.mu must be
+// sweepDelay drops the stale deadline entries once they outnumber the live
+// ones. q.mu must be held.
+func (q *Queue[T]) sweepDelay() {
+	if q.delay.stale <= q.waiting+64 {
+		return
+	}
+	q.delay.sweep(q.isLive)
+}
+
+// isLive reports whether e is the live entry of a waiting key. q.mu must be
 // held.
-func (q *Queue[T]) raise(item T, st keyState, prio int) (moved bool) {
-	if prio <= st.prio {
-		return false
+func (q *Queue[T]) isLive(e deadline[T]) bool {
+	_, pos := q.tab.liveWait(e)
+	return pos >= 0
+}
+
+// waitingEntry returns the table entry of e's key if e is its live delay
+// entry. q.mu must be held.
+func (q *Queue[T]) waitingEntry(e deadline[T]) (keyState, bool) {
+	if _, pos := q.tab.liveWait(e); pos >= 0 {
+		return q.tab.entry(pos), true
 	}
-	st.prio = prio
-	q.keys.m[item] = st
-	if st.flags&fProcessing == 0 && q.prio != nil {
-		q.prio.Raise(item, int(prio))
-		return true
-	}
-	return false
+	return keyState{}, false
 }
 
 // arm makes sure the timer fires at the earliest deadline, or not at all
@@ -193,22 +162,12 @@ func (q *Queue[T]) fire() {
 	added := 0
 	for q.waiting > 0 && ds.peek().when <= now {
 		e := ds.pop()
-		if q.ordered() {
-			slot, pos := q.tab.liveWait(e)
-			if pos < 0 {
-				ds.stale-- // the key was made ready, or moved earlier
-				continue
-			}
-			q.makeReadyOrdered(slot, pos, math.MinInt) // its run keeps its priority
-			added++
-			continue
-		}
-		st, ok := q.keys.m[e.item]
-		if !liveIn(e, st, ok) {
+		slot, pos := q.tab.liveWait(e)
+		if pos < 0 {
 			ds.stale-- // the key was made ready, or moved earlier
 			continue
 		}
-		if q.markDirtyState(e.item, st, ok, math.MinInt, true) { // its run keeps its priority
+		if q.markDirty(e.item, math.MinInt, 0, slot, pos, true) { // its run keeps its priority
 			added++
 		}
 	}
@@ -252,7 +211,7 @@ func (a deadline[T]) before(b deadline[T]) bool {
 //
 // Entries are values, found by position only: nothing indexes them by key.
 // The key table is what says whether a key waits, until when, and which
-// entry is live (keyState.wseq); an entry that no longer matches it (the key
+// entry is live (its wseq column); an entry that no longer matches it (the key
 // was made ready by Add, or moved to an earlier deadline) is stale and
 // skipped when it reaches the front. This spares a map from keys to entries and the
 // index upkeep of every heap swap, and makes the steady state allocation

@@ -345,9 +345,9 @@ func (m *delayQueueModel) stats() Stats {
 }
 
 // otherPriorityStore is the priority store behind a type the queue does not
-// know, so that the queue uses it as it would a user's PriorityStore: on
-// the map table, calling the store. It keeps the store's remove, which
-// spares Remove its ghosts (remove.go).
+// know, so that the queue uses it as it would a user's PriorityStore: the
+// key table keeps the flags and the store the order. It keeps the store's
+// remove, which spares Remove its ghosts (remove.go).
 type otherPriorityStore[T comparable] struct{ *priorityStore[T] }
 
 // FuzzQueueDelay drives a Queue, a Queue with Debounce, two with a priority
@@ -387,8 +387,8 @@ func FuzzQueueDelay(f *testing.F) {
 			bounced := pair{NewWithConfig(Config[uint8]{Debounce: Debounce{Quiet: 2 * time.Millisecond, MaxWait: 5 * time.Millisecond}}), newDelayQueueModel()}
 			bounced.m.quiet, bounced.m.maxWait = int64(2*time.Millisecond), int64(5*time.Millisecond)
 			// The built-in priority store, whose levels the queue keeps
-			// in its ordered table, and the same store seen as any other
-			// PriorityStore, which runs on the map table and the store.
+			// in its key table, and the same store seen as any other
+			// PriorityStore, which keeps the order itself.
 			leveled := pair{NewWithConfig(Config[uint8]{Store: NewPriorityStore[uint8]()}), newDelayQueueModel()}
 			stored := pair{NewWithConfig(Config[uint8]{Store: otherPriorityStore[uint8]{&priorityStore[uint8]{}}}), newDelayQueueModel()}
 			leveled.m.prios, stored.m.prios = true, true

@@ -3,7 +3,7 @@ package workqueue
 // The dirty set and the processing set of client-go's queue are, here, two
 // flags in one table keyed by the key. A key that needs (another) run is
 // dirty; a key handed out by Get and not yet Done is processing. Keeping both
-// facts (and whether the key waits for a deadline) in one map entry means
+// facts (and whether the key waits for a deadline) in one table entry means
 // Add, Get and Done hash the key once or twice each instead of four times,
 // which is most of what separates a queue from the lock it is built on.
 //
@@ -25,10 +25,10 @@ const (
 	fProcessing                   // handed out by Get, Done not yet called
 )
 
-// keyState is what the queue knows of one key. It is stored by value in the
-// table, so it is kept small: 40 bytes. (prio is a full int, as priorities
-// are in controller-runtime; an int32 kept it at 32 bytes but merged every
-// priority beyond ±2^31 into one.)
+// keyState is what the queue knows of one key, read out of the key table's
+// columns (orderedTable.entry) for the code that looks at a key rather than
+// changes it: Inspect, State, the processing set's scrape. A column the
+// table does not keep reads as zero.
 type keyState struct {
 	// at is, in queue clock nanoseconds, when a key that is not
 	// processing became dirty (for queue latency), or when a processing

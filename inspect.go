@@ -181,62 +181,30 @@ func (q *Queue[T]) State(item T) KeyState {
 	return stateOf(st.flags)
 }
 
-// entry returns item's entry in whichever key table the queue uses: the
-// full table, the ordered table of a plain queue, or the lean map of a
-// queue with a Store (flags only). q.mu must be held.
+// entry returns item's entry in the key table. q.mu must be held.
 func (q *Queue[T]) entry(item T) (keyState, bool) {
-	switch {
-	case q.full:
-		st, ok := q.keys.m[item]
-		return st, ok
-	case q.store == nil:
-		if _, _, pos := q.tab.find(item); pos >= 0 {
-			return q.tab.entry(pos), true
-		}
-		return keyState{}, false
-	default:
-		f, ok := q.lean.m[item]
-		return keyState{flags: f}, ok
+	if _, _, pos := q.tab.find(item); pos >= 0 {
+		return q.tab.entry(pos), true
 	}
+	return keyState{}, false
 }
 
 // eachEntry calls yield with every key of the key table and its entry,
 // until yield returns false. q.mu must be held.
 func (q *Queue[T]) eachEntry(yield func(T, keyState) bool) {
-	switch {
-	case q.full:
-		for k, st := range q.keys.m {
-			if !yield(k, st) {
-				return
-			}
-		}
-	case q.store == nil:
-		q.tab.each(func(p int) bool { return yield(q.tab.keys[p], q.tab.entry(p)) })
-	default:
-		for k, f := range q.lean.m {
-			if !yield(k, keyState{flags: f}) {
-				return
-			}
-		}
-	}
+	q.tab.each(func(p int) bool { return yield(q.tab.keys[p], q.tab.entry(p)) })
 }
 
 // eachReady calls each with the ready keys in the order Get takes them,
-// until it returns false, and reports whether the store can say that
-// order (the FIFO and the priority store can). It may pass entries that
-// are no longer ready (the caller checks the key table). q.mu must be
+// until it returns false, and reports whether that order can be read (the
+// table's own order can, and so can NewFIFOStore's). It may pass entries
+// that are no longer ready (the caller checks the key table). q.mu must be
 // held.
 func (q *Queue[T]) eachReady(each func(T) bool) (ordered bool) {
 	switch s := q.store.(type) {
 	case nil:
-		if !q.full {
-			q.tab.eachReady(each)
-			break
-		}
-		q.fifo.each(each)
+		q.tab.eachReady(each)
 	case *ring[T]:
-		s.each(each)
-	case *priorityStore[T]:
 		s.each(each)
 	default:
 		return false
@@ -247,7 +215,7 @@ func (q *Queue[T]) eachReady(each func(T) bool) (ordered bool) {
 // readyOrdered reports whether eachReady can list the ready keys in order.
 func (q *Queue[T]) readyOrdered() bool {
 	switch q.store.(type) {
-	case nil, *ring[T], *priorityStore[T]:
+	case nil, *ring[T]:
 		return true
 	}
 	return false

@@ -2,11 +2,14 @@ package workqueue
 
 import "hash/maphash"
 
-// orderedTable is the key table and the FIFO of a queue without a Store, or
-// the key table and the levels of a queue with the built-in priority store
-// (leveled, below), with or without metrics and delays, in one structure.
-// (Debounce, priorities on a queue without that store, and any other Store
-// need the map table.) A plain queue
+// orderedTable is the key table of every queue: each key that is ready,
+// waiting or processing, with its flags (dirty_set.go) and whatever else
+// the queue's configuration needs of it, in side columns allocated on first
+// use. Where the order of the ready keys is the queue's own it is also
+// the FIFO (a queue without a Store) or the priority levels (the built-in
+// priority store, leveled below); with any other Store (storeOrder) the
+// Store keeps the order and the table only the flags and the columns, so
+// that Get pops the Store and finds the key here with one hash. A plain queue
 // with a Go map for its flags and a ring for its order stores every ready
 // key twice and hashes it about four times per Add/Get/Done; this table
 // stores each key once and hashes it twice per cycle (Add and Done; Get
@@ -50,12 +53,22 @@ import "hash/maphash"
 // of 8 bytes: for int keys about half of what a Go map of flags plus a ring
 // hold, for string keys less.
 //
-// A queue with metrics also needs, per key, when it became dirty (for queue
-// latency) or when its run started (for work duration and the age gauges),
-// and the generation of its run (for the processing set): a timed table
-// keeps them in two more arrays beside the log, at and gen, moved with it.
-// A delayed table (from the first AddAfter on) likewise keeps a waiting
-// key's deadline and the seq of its live delay entry in when and wseq.
+// The side columns are arrays beside the log, moved with it, each
+// allocated only once a key needs it, so a plain queue pays for none:
+//
+//   - timed (a queue with metrics): when a key became dirty (for queue
+//     latency) or when its run started (for work duration and the age
+//     gauges), and the generation of its run (for the processing set), in
+//     at and gen;
+//   - delayed (from the first AddAfter or debounced Add on): a waiting
+//     key's deadline and the seq of its live delay entry, in when and wseq;
+//   - prioritized (from the first priority other than 0, or from the start
+//     when leveled): the priority of the key's pending run, in prio;
+//   - bounced (a queue with Debounce): a waiting key's burst, in bounce
+//     (debounce.go).
+//
+// A mode once on stays on: a column is not worth dropping while its table
+// holds keys, and it goes with the arrays when the table empties.
 //
 // A leveled table is the key table of a queue whose Store is the built-in
 // priority store (NewPriorityStore): the queue keeps the priority levels
@@ -88,8 +101,11 @@ type orderedTable[T comparable] struct {
 	// readyEnd can become ready where it is without breaking FIFO order.
 	readyEnd int
 	live     int // keys in the table: live entries, and occupied index slots
-	ready    int // ready entries: at or after head, or in a level
+	ready    int // ready entries: at or after head, in a level, or in the Store
 	timed    bool
+	// prioritized is set by the first priority other than 0 (and before
+	// the first key when leveled): from then on the table keeps prio.
+	prioritized bool
 	// delayed is set by the first AddAfter: from then on the table keeps
 	// deadlines, and waiting keys have entries anywhere in the log (Get
 	// passes over them; the timer moves them to the tail when they
@@ -98,89 +114,21 @@ type orderedTable[T comparable] struct {
 	// leveled is set for a queue with the built-in priority store, before
 	// the first key: the table keeps priorities and levels (lv).
 	leveled bool
-	seed    maphash.Seed
-	index   []uint64
+	// bounced is set for a queue with Debounce, before the first key: the
+	// table keeps each waiting key's debounce state (bounce).
+	bounced bool
+	// storeOrder is set for a queue with a Store (Config.Store other than
+	// the built-in priority store), before the first key: the Store keeps
+	// the ready keys' order, so a key made ready stays where it is in the
+	// log, and head and readyEnd play no part.
+	storeOrder bool
+	seed       maphash.Seed
+	index      []uint64
 	columns[T]
 	lv levelSet[tableLevel, *tableLevel] // leveled only: the non-empty levels (levels.go)
 
 	burst     int // most live keys since the table was last empty
 	lastBurst int // burst's value when the table last emptied
-}
-
-// columns are the arrays of the log, one entry per position. Those a mode
-// does not use are nil.
-type columns[T comparable] struct {
-	keys  []T
-	flags []uint8
-	at    []int64  // timed only: dirty time of a ready key, start of a run
-	gen   []uint16 // timed only: generation of a processing key's run
-	when  []int64  // delayed only: a waiting key's deadline
-	wseq  []uint64 // delayed only: the seq of its live delay entry
-	// leveled only: the priority of the key's pending run (or of the run
-	// it is processing, until it is added again), and the links of a ready
-	// entry in its level's list.
-	prio       []int
-	next, prev []uint32
-}
-
-// makeColumns allocates the columns the table's modes use, n entries each.
-func (t *orderedTable[T]) makeColumns(n int) columns[T] {
-	c := columns[T]{keys: make([]T, n), flags: make([]uint8, n)}
-	if t.timed {
-		c.at, c.gen = make([]int64, n), make([]uint16, n)
-	}
-	if t.delayed {
-		c.when, c.wseq = make([]int64, n), make([]uint64, n)
-	}
-	if t.leveled {
-		c.prio, c.next, c.prev = make([]int, n), make([]uint32, n), make([]uint32, n)
-	}
-	return c
-}
-
-// move copies entry p of c to entry n of d (the same columns, or columns
-// the same modes allocated), with the links of a ready entry renumbered by
-// remap (see moveLive).
-func (c *columns[T]) move(d *columns[T], n, p int, remap []uint64) {
-	d.keys[n], d.flags[n] = c.keys[p], c.flags[p]
-	if c.at != nil {
-		d.at[n], d.gen[n] = c.at[p], c.gen[p]
-	}
-	if c.when != nil {
-		d.when[n], d.wseq[n] = c.when[p], c.wseq[p]
-	}
-	if c.prio != nil {
-		d.prio[n] = c.prio[p]
-		d.next[n], d.prev[n] = renumber(c.next[p], remap), renumber(c.prev[p], remap)
-	}
-}
-
-// copyPrefix copies the first n entries of c to d, positions unchanged.
-func (c *columns[T]) copyPrefix(d *columns[T], n int) {
-	copy(d.keys, c.keys[:n])
-	copy(d.flags, c.flags[:n])
-	if c.at != nil {
-		copy(d.at, c.at[:n])
-		copy(d.gen, c.gen[:n])
-	}
-	if c.when != nil {
-		copy(d.when, c.when[:n])
-		copy(d.wseq, c.wseq[:n])
-	}
-	if c.prio != nil {
-		copy(d.prio, c.prio[:n])
-		copy(d.next, c.next[:n])
-		copy(d.prev, c.prev[:n])
-	}
-}
-
-// renumber returns the link u (a position plus one, or 0) after a
-// compaction, which remap gives for every live position.
-func renumber(u uint32, remap []uint64) uint32 {
-	if u == 0 || remap == nil {
-		return u
-	}
-	return uint32(remap[u-1])
 }
 
 // minLog is the smallest log the table allocates.
@@ -214,13 +162,16 @@ func (t *orderedTable[T]) find(item T) (h uint32, slot, pos int) {
 
 // insert appends item, which is absent, as a ready key, and returns its
 // position. h and slot are what find returned for it. prio is the
-// priority of its run, which only a leveled table keeps.
+// priority of its run, which the table keeps once it is prioritized.
 func (t *orderedTable[T]) insert(item T, h uint32, slot int, prio int) int {
 	return t.insertAs(item, h, slot, fDirty, prio)
 }
 
 // insertAs is insert with the entry's flags: fDirty (ready) or fWaiting.
 func (t *orderedTable[T]) insertAs(item T, h uint32, slot int, f uint8, prio int) int {
+	if prio != 0 && !t.prioritized {
+		t.enablePrio()
+	}
 	if t.tail == len(t.keys) {
 		t.makeRoom()
 		slot = -1 // the index was rebuilt
@@ -234,7 +185,7 @@ func (t *orderedTable[T]) insertAs(item T, h uint32, slot int, f uint8, prio int
 	t.keys[p], t.flags[p] = item, f
 	t.index[slot] = uint64(h)<<32 | uint64(p+1)
 	t.live++
-	if t.leveled {
+	if t.prioritized {
 		t.prio[p] = prio
 	}
 	if f == fDirty {
@@ -279,13 +230,16 @@ func (t *orderedTable[T]) take() (T, int) {
 	return t.keys[p], p
 }
 
-// requeue makes the key at pos (in slot) ready, at the tail, and returns
-// its new position: Done of a key added again while it was processing, or
-// a waiting key whose run became due.
+// takeAt marks the ready entry at p processing: Get of a key that the
+// Store handed out (storeOrder).
+func (t *orderedTable[T]) takeAt(p int) {
+	t.flags[p] = fProcessing
+	t.ready--
+}
+
+// requeue makes the key at pos (in slot) ready, at the tail of the log,
+// and returns its new position.
 func (t *orderedTable[T]) requeue(slot, pos int) int {
-	if t.leveled {
-		return t.readyAt(pos) // its level's list says where it is
-	}
 	item := t.keys[pos]
 	if t.tail < len(t.keys) {
 		// Move the entry; the index slot keeps its hash.
@@ -294,17 +248,22 @@ func (t *orderedTable[T]) requeue(slot, pos int) int {
 		p := t.tail
 		t.tail++
 		t.keys[p], t.flags[p] = item, fDirty
+		if t.prioritized {
+			t.prio[p] = t.prio[pos]
+		}
 		t.index[slot] = t.index[slot]&^(1<<32-1) | uint64(p+1)
 		t.ready++
 		t.readyEnd = p + 1
 		return p
 	}
+	prio := t.prioAt(pos)
 	t.kill(slot, pos)
-	return t.insert(item, 0, -1, 0)
+	return t.insert(item, 0, -1, prio)
 }
 
 // readyAt makes the entry at pos, which is not ready, ready where it is: in
-// a leveled table, at the back of its level. It returns pos.
+// a leveled table, at the back of its level; with storeOrder, the caller
+// pushes it to the Store. It returns pos.
 func (t *orderedTable[T]) readyAt(pos int) int {
 	t.flags[pos] = fDirty
 	t.ready++
@@ -315,12 +274,15 @@ func (t *orderedTable[T]) readyAt(pos int) int {
 	return pos
 }
 
-// promote makes the waiting key at pos (in slot) ready, and returns its
-// position: where it is if no ready entry comes after it (deadlines that
+// promote makes the key at pos (in slot), which is waiting or was
+// processing, ready, and returns its position. Where the log is the FIFO,
+// that is where it is if no ready entry comes after it (deadlines that
 // pass in the order their AddAfter came, the usual case, then move
-// nothing), else at the tail.
+// nothing), else at the tail: a processing entry lies before head, so Done
+// of a key added again moves it to the tail, "ready again, at the tail".
+// Where the levels or a Store give the order, it stays where it is.
 func (t *orderedTable[T]) promote(slot, pos int) int {
-	if t.leveled || pos >= t.head && pos >= t.readyEnd {
+	if t.leveled || t.storeOrder || pos >= t.head && pos >= t.readyEnd {
 		return t.readyAt(pos)
 	}
 	return t.requeue(slot, pos)
@@ -427,7 +389,10 @@ func (t *orderedTable[T]) compact() {
 	c := &t.columns
 	clear(c.keys[t.tail:tail])
 	clear(c.flags[t.tail:tail])
-	if c.prio != nil {
+	if c.bounce != nil {
+		clear(c.bounce[t.tail:tail]) // a dead entry has no burst
+	}
+	if c.next != nil {
 		clear(c.next[t.tail:tail]) // a dead entry has no links
 		clear(c.prev[t.tail:tail])
 	}
@@ -537,108 +502,6 @@ func (t *orderedTable[T]) eachReady(yield func(T) bool) {
 		if t.flags[p] == fDirty && !yield(t.keys[p]) {
 			return
 		}
-	}
-}
-
-// entry returns the live entry at p as the full table's keyState.
-func (t *orderedTable[T]) entry(p int) keyState {
-	st := keyState{flags: t.flags[p]}
-	if t.timed {
-		st.at, st.gen = t.at[p], t.gen[p]
-	}
-	if t.delayed {
-		st.when, st.wseq = t.when[p], t.wseq[p]
-	}
-	if t.leveled {
-		st.prio = t.prio[p]
-	}
-	return st
-}
-
-// enableDelays makes the table keep deadlines, from now on.
-func (t *orderedTable[T]) enableDelays() {
-	if t.delayed {
-		return
-	}
-	t.delayed = true
-	if n := len(t.keys); n > 0 {
-		t.when, t.wseq = make([]int64, n), make([]uint64, n)
-	}
-}
-
-// raise gives the dirty entry at pos the priority prio if that is higher
-// than its own (a leveled table; never a demotion), moving a ready entry to
-// the back of its new level.
-func (t *orderedTable[T]) raise(pos int, prio int) {
-	if prio <= t.prio[pos] {
-		return
-	}
-	ready := t.flags[pos] == fDirty
-	if ready {
-		t.unlink(pos)
-	}
-	t.prio[pos] = prio
-	if ready {
-		t.link(pos)
-	}
-}
-
-// tableLevel is one level: its oldest and newest ready entries (positions
-// plus one) and how many it has.
-type tableLevel struct {
-	first, last uint32
-	n           int
-	heapPos
-}
-
-func (l *tableLevel) pos() *heapPos { return &l.heapPos }
-
-// link puts the ready entry at p at the back of its priority's level,
-// making the level if the priority had no ready key.
-func (t *orderedTable[T]) link(p int) {
-	l := t.lv.get(int(t.prio[p]))
-	u := uint32(p + 1)
-	t.prev[p], t.next[p] = l.last, 0
-	if l.last == 0 {
-		l.first = u
-	} else {
-		t.next[l.last-1] = u
-	}
-	l.last = u
-	l.n++
-}
-
-// unlink takes the ready entry at p out of its level's list.
-func (t *orderedTable[T]) unlink(p int) {
-	t.unlinkFrom(t.lv.find(int(t.prio[p])), p)
-}
-
-// unlinkFrom is unlink for a caller that has found the level, l. A level
-// that empties is dropped, and kept for reuse while there is room: a
-// priority that comes and goes does not allocate each time.
-func (t *orderedTable[T]) unlinkFrom(l *tableLevel, p int) {
-	pv, nx := t.prev[p], t.next[p]
-	if pv == 0 {
-		l.first = nx
-	} else {
-		t.next[pv-1] = nx
-	}
-	if nx == 0 {
-		l.last = pv
-	} else {
-		t.prev[nx-1] = pv
-	}
-	t.prev[p], t.next[p] = 0, 0
-	if l.n--; l.n == 0 && t.lv.drop(l, true) {
-		*l = tableLevel{}
-	}
-}
-
-// countByPriority adds to m the number of ready keys at each priority.
-// O(levels).
-func (t *orderedTable[T]) countByPriority(m map[int]int) {
-	for _, l := range t.lv.heap {
-		m[l.prio] += l.n
 	}
 }
 

@@ -347,11 +347,9 @@ func TestOrderedTableSteadyChurnAllocatesNothing(t *testing.T) {
 }
 
 // Looking inside a plain queue (Inspect, State, MostRequeued, the debug
-// page's calls) reads the ordered table where it is: it must not move the
-// queue to the full table, which would cost it its memory and speed for
-// good. The snapshot lists processing keys and then the ready ones in FIFO
-// order.
-func TestInspectKeepsOrderedTable(t *testing.T) {
+// page's calls) reads the key table where it is. The snapshot lists
+// processing keys and then the ready ones in FIFO order.
+func TestInspectReadsOrderedTable(t *testing.T) {
 	for _, metrics := range []bool{false, true} {
 		t.Run(fmt.Sprintf("metrics=%v", metrics), func(t *testing.T) {
 			q := New[string]()
@@ -365,7 +363,6 @@ func TestInspectKeepsOrderedTable(t *testing.T) {
 			q.Add(k)        // processing+dirty
 			require.True(t, q.Remove("c"))
 			got := q.Inspect(10)
-			require.False(t, q.full, "Inspect moved a plain queue to the full table")
 			var brief []string
 			for _, e := range got {
 				brief = append(brief, e.Key+":"+e.State.String())
@@ -376,15 +373,14 @@ func TestInspectKeepsOrderedTable(t *testing.T) {
 			require.Equal(t, []string{"a:" + KeyProcessingDirty.String(), "b:" + KeyReady.String(), "d:" + KeyReady.String()}, brief)
 			require.Equal(t, KeyProcessingDirty, q.State("a"))
 			require.Equal(t, KeyAbsent, q.State("c"))
-			require.False(t, q.full, "State moved a plain queue to the full table")
 		})
 	}
 }
 
 // Done on a plain queue with metrics reports the run's duration after it
-// has released the lock; by then another goroutine may have moved the
-// queue to the map table (a priority here), so Done must not read the
-// ordered table to decide. Run under -race.
+// has released the lock; by then another goroutine may have changed the
+// key table (a first priority allocates its prio column here), so Done
+// must not read the table to decide. Run under -race.
 func TestDoneReportsAfterUnlockWithoutReadingTable(t *testing.T) {
 	q := NewWithConfig(Config[string]{Name: "race", Metrics: nopProvider{}})
 	const n = 2000
@@ -403,7 +399,34 @@ func TestDoneReportsAfterUnlockWithoutReadingTable(t *testing.T) {
 		}
 	}()
 	<-started
-	q.AddWithPriority("p", 1) // moves the table to the map table, concurrently
+	q.AddWithPriority("p", 1) // gives the table its prio column, concurrently
 	<-done
-	require.True(t, q.full)
+	require.True(t, q.tab.prioritized)
+}
+
+// A plain queue (no Store) given priorities keeps each run's priority in
+// its table's prio column, allocated by the first priority other than 0,
+// and GetWithPriority hands it back, also for a key that Done moves to the
+// tail of the log and for keys that were there before the column was.
+func TestPlainQueueKeepsPriorities(t *testing.T) {
+	q := New[string]()
+	q.Add("x") // before the column exists: priority 0
+	q.AddWithPriority("a", 5)
+	require.True(t, q.tab.prioritized, "the first priority other than 0 allocates the column")
+	for _, want := range []struct {
+		k string
+		p int
+	}{{"x", 0}, {"a", 5}} {
+		k, p, _ := q.GetWithPriority()
+		require.Equal(t, want.k, k, "a plain queue is FIFO whatever the priorities")
+		require.Equal(t, want.p, p, "the priority of %s's run", k)
+	}
+	q.AddWithPriority("a", 7) // processing+dirty: due again at Done, at 7
+	q.Done("a")               // moves a's entry to the tail of the log
+	q.Done("x")
+	k, p, _ := q.GetWithPriority()
+	require.Equal(t, "a", k)
+	require.Equal(t, 7, p, "the priority travels with the entry Done moves")
+	q.Done(k)
+	require.Zero(t, q.tab.live)
 }

@@ -173,16 +173,16 @@ func TestGetWithPriority(t *testing.T) {
 }
 
 // otherPriorityStore hides the built-in priority store behind another type,
-// so that the queue keeps its keys in its map table and asks the store for
-// the order, as with any PriorityStore.
+// so that the queue keeps only the flags in its key table and asks the
+// store for the order, as with any PriorityStore.
 type otherPriorityStore struct {
 	workqueue.PriorityStore[string]
 }
 
 // TestPriorityQueueFullIntRange checks that every int is a priority of its
 // own in each way the queue keeps priorities: the leveled table (the
-// built-in store), the same with the keys passing through a delay, the map
-// table with Debounce, and the map table with another PriorityStore. Keys
+// built-in store), the same with the keys passing through a delay or
+// Debounce, and another PriorityStore keeping the order. Keys
 // are added lowest first, so priorities merged into one level (as an int32
 // once merged 1<<40 and MaxInt) would come out in the wrong order, and the
 // priority handed back must be the one asked for.

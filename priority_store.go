@@ -95,7 +95,7 @@ type priorityStore[T comparable] struct {
 // Like every Store it is not safe for concurrent use on its own; the queue
 // calls it under its lock.
 //
-// A Queue given this store (without Debounce) keeps the same levels, with
+// A Queue given this store keeps the same levels, with
 // the same order and costs, in its own key table instead, and never calls
 // the store: the table already indexes every key, so the levels there cost
 // 16 bytes a key and no second index (ordered_table.go). A million int

@@ -1,7 +1,8 @@
 package workqueue
 
 // The processing flag of a key lives in the key table (dirty_set.go), and
-// so does, while a queue has metrics, the time its run started (keyState.at).
+// so does, while a queue has metrics, the time its run started (its at
+// column).
 // What is kept here is the rest of the processing set that only metrics
 // need: the runs in the order they started, to answer "how long has the
 // oldest run been going", and the sum of their start times, to answer "how

@@ -14,11 +14,12 @@ package workqueue
 // older and comes out first, so the key runs once, at the place of its new
 // Add. That relies on the store handing out one key's entries in the order
 // they were pushed, which holds for FIFO stores (the default, client-go's)
-// and within one tenant of the fair store. The priority store does better:
-// it has an index, so the queue cuts the key out of it in O(1) and no ghost
-// is left (storeRemover). So does the ordered table (a queue without a
-// Store, or with the built-in priority store, whose levels it keeps): the
-// removed entry dies, or is unlinked from its level.
+// and within one tenant of the fair store. A store of this package that has
+// an index cuts the key out itself, in O(1), and leaves no ghost
+// (storeRemover). No ghost is left either where the key table keeps the
+// order (a queue without a Store, or with the built-in priority store,
+// whose levels it keeps): the removed entry dies, or is unlinked from its
+// level.
 //
 // Ghosts must not pile up (a key added and removed over and over with no
 // Get would grow the store without bound), so once they outnumber the live
@@ -65,55 +66,6 @@ const maxGhosts = 64
 func (q *Queue[T]) Remove(item T) bool {
 	q.lock()
 	defer q.mu.Unlock()
-	var removed bool
-	switch {
-	case q.ordered():
-		removed = q.removeOrdered(item)
-	case !q.full:
-		removed = q.removeLean(item)
-	default:
-		removed = q.removeFull(item)
-	}
-	if removed {
-		q.wakeDrainers()
-	}
-	return removed
-}
-
-// removeFull is Remove on the full table. q.mu must be held.
-func (q *Queue[T]) removeFull(item T) bool {
-	st, ok := q.keys.m[item]
-	if !ok || st.flags&(fDirty|fWaiting) == 0 {
-		return false
-	}
-	wasWaiting := st.flags&fDirty == 0
-	if wasWaiting {
-		st.flags &^= fWaiting
-		q.unbounce(item)
-	} else {
-		st.flags &^= fDirty
-		q.dirty--
-		switch {
-		case st.flags&fProcessing == 0:
-			q.unstore(item)
-		case q.metrics != nil:
-			q.procs.requeued(item) // forget when it was added again
-		}
-	}
-	if st.flags == 0 {
-		q.keys.del(item)
-	} else {
-		q.keys.m[item] = st
-	}
-	if wasWaiting {
-		q.dropDeadline()
-	}
-	return true
-}
-
-// removeOrdered is Remove on a plain queue's ordered table, where a
-// removed entry dies and leaves no ghost. q.mu must be held.
-func (q *Queue[T]) removeOrdered(item T) bool {
 	t := &q.tab
 	_, slot, pos := t.find(item)
 	if pos < 0 {
@@ -121,6 +73,7 @@ func (q *Queue[T]) removeOrdered(item T) bool {
 	}
 	switch f := t.flags[pos]; {
 	case f&fWaiting != 0:
+		q.unbounce(pos)
 		if f == fWaiting {
 			t.remove(slot, pos)
 		} else {
@@ -130,6 +83,9 @@ func (q *Queue[T]) removeOrdered(item T) bool {
 	case f&fDirty != 0:
 		q.dirty--
 		if f == fDirty {
+			if q.store != nil {
+				q.unstore(item)
+			}
 			t.remove(slot, pos)
 		} else {
 			t.flags[pos] &^= fDirty // processing: only its re-run is cancelled
@@ -140,23 +96,7 @@ func (q *Queue[T]) removeOrdered(item T) bool {
 	default:
 		return false // only processing
 	}
-	return true
-}
-
-// removeLean is Remove on the lean map table of a queue with a Store, where
-// no key waits and metrics are off. q.mu must be held.
-func (q *Queue[T]) removeLean(item T) bool {
-	f, ok := q.lean.m[item]
-	if !ok || f&fDirty == 0 {
-		return false
-	}
-	q.dirty--
-	if f &^= fDirty; f == 0 {
-		q.unstore(item) // it was ready
-		q.lean.del(item)
-	} else {
-		q.lean.m[item] = f // processing: only its re-run is cancelled
-	}
+	q.wakeDrainers()
 	return true
 }
 
@@ -216,9 +156,10 @@ func (q *Queue[T]) isGhost(item T) bool {
 // in the order the store hands them out. q.mu must be held.
 func (q *Queue[T]) exorcise() {
 	for range q.ghosts + q.ready() {
-		item := q.popEntry()
+		item := q.store.Pop()
 		if !q.isGhost(item) {
-			q.pushEntry(item, q.keys.m[item].prio) // 0 on a lean table, as its keys are
+			st, _ := q.entry(item)
+			q.pushEntry(item, st.prio)
 		}
 	}
 }

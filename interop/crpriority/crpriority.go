@@ -16,8 +16,8 @@ import (
 )
 
 // Queue is a RateLimitingQueue over workqueue.NewPriorityStore that also has
-// controller-runtime's AddWithOpts, and whose Get, GetWithPriority and Len
-// answer as controller-runtime's priority queue does (see each). Remove
+// controller-runtime's AddWithOpts, and whose Get, GetWithPriority (see New)
+// and Len answer as controller-runtime's priority queue does. Remove
 // comes from the embedded queue: controller-runtime's PriorityQueue interface
 // (v0.25) has no equivalent, so controller-runtime never calls it, but code
 // that holds this Queue (an event handler that sees a delete, a sharded
@@ -32,9 +32,21 @@ var _ priorityqueue.PriorityQueue[string] = (*Queue[string])(nil)
 // New returns an empty priority queue whose AddRateLimited (and
 // AddWithOpts with RateLimited) asks rl for delays; nil rl means
 // workqueue.DefaultControllerRateLimiter. cfg.Store is replaced by a
-// priority store.
+// priority store, and cfg.GetStopsAtShutDown is set.
+//
+// So Get and GetWithPriority hand out the next ready key (the highest
+// priority first, with the priority of its run), blocking until there is
+// one, and after ShutDown report shutdown at once, even while keys are
+// still ready, as controller-runtime's priority queue does: its controller
+// stops taking work when its context ends, and a worker that went on would
+// reconcile every queued request with a cancelled context. (The core queue,
+// like client-go's, keeps handing out ready keys after ShutDown so that a
+// drain can finish them; controller-runtime never drains.) The queue
+// decides this under its lock, so no Get that starts after ShutDown hands
+// out a key. A Get that is blocked when ShutDown comes returns shutdown too.
 func New[T comparable](rl workqueue.RateLimiter[T], cfg workqueue.Config[T]) *Queue[T] {
 	cfg.Store = workqueue.NewPriorityStore[T]()
+	cfg.GetStopsAtShutDown = true
 	return &Queue[T]{workqueue.NewRateLimitingQueueWithConfig(rl, cfg)}
 }
 
@@ -67,31 +79,10 @@ func (q *Queue[T]) AddWithOpts(o priorityqueue.AddOpts, items ...T) {
 	}
 }
 
-// Get is GetWithPriority without the priority.
-func (q *Queue[T]) Get() (item T, shutdown bool) {
-	item, _, shutdown = q.GetWithPriority()
-	return item, shutdown
-}
-
-// GetWithPriority hands out the next ready key and the priority of its run,
-// blocking until there is one. After ShutDown it returns shutdown at once,
-// even while keys are still ready, as controller-runtime's priority queue
-// does: its controller stops taking work when its context ends, and a
-// worker that went on would reconcile every queued request with a cancelled
-// context. (The core queue, like client-go's, keeps handing out ready keys
-// after ShutDown so that a drain can finish them; controller-runtime never
-// drains.) A Get that is blocked when ShutDown comes returns shutdown too.
-func (q *Queue[T]) GetWithPriority() (item T, priority int, shutdown bool) {
-	if q.ShuttingDown() {
-		return item, 0, true
-	}
-	return q.RateLimitingQueue.GetWithPriority()
-}
-
 // ShutDownWithDrainAll is ShutDownWithDrainContext here: it shuts the queue
 // down and waits until no key is processing. The core's ShutDownWithDrainAll
 // also waits for the ready keys to run, but after ShutDown this queue hands
-// none out (see GetWithPriority), so that wait could only end with ctx. The
+// none out (see New), so that wait could only end with ctx. The
 // keys left stay in the queue, as controller-runtime's queue leaves them.
 func (q *Queue[T]) ShutDownWithDrainAll(ctx context.Context) error {
 	return q.ShutDownWithDrainContext(ctx)
