@@ -177,6 +177,8 @@ type ring struct {
 	// hold, if not nil, is called with each replica's ListerWatcher
 	// before the replica starts (to hold back LISTs).
 	hold func(id string, lw *fakeshards.ListerWatcher)
+	// config, if not nil, edits each replica's Config before New.
+	config func(id string, cfg *sharding.Config)
 	// react, if not nil, is called with each replica's clientset before
 	// the replica starts, to prepend reactors (faults) to its Lease
 	// requests; they run before the store's, under the clientset's lock.
@@ -303,6 +305,9 @@ func (rg *ring) start(kill bool) string {
 	cfg.ListerWatcher = lw
 	cfg.Queue = q
 	cfg.SkipRelease = kill
+	if rg.config != nil {
+		rg.config(id, &cfg)
+	}
 	r, err := sharding.New(cfg)
 	if err != nil {
 		rg.t.Fatalf("sharding.New: %v", err)
