@@ -362,3 +362,64 @@ func testMoveCache(t *testing.T, clientFilter bool) {
 	t.Logf("FIGURES cache move, server filtering: %d shard LISTs in all for %d shards and one move of %d; giver %d watches open (%d started), taker %d open (%d started)",
 		listed, shards, len(mb.r.Shards()), open, started, openB, startedB)
 }
+
+// TestServerStopsFiltering flips the server from honouring the shard
+// selector to ignoring it (a rollback of the feature gate) under a ring of
+// two replicas that chose server filtering. Their watches end and resume
+// from their last resourceVersion, now unfiltered, while objects change:
+// the client-side filter keeps every other shard's object out of their
+// caches. Then one replica leaves: the other's LIST of a gained shard
+// comes back without ShardInfo, so it switches to one full watch filtered
+// on the client, and caches every object (it holds every shard).
+func TestServerStopsFiltering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const shards, objs = 16, 400
+		rg := newRing(t, shards, objs)
+		defer rg.stopAll()
+		a, b := rg.start(false), rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		ma, mb := rg.members[a], rg.members[b]
+		for _, m := range []*member{ma, mb} {
+			if f := m.r.Filtering(); f != sharding.FilterServer {
+				t.Fatalf("%s filters on the %s before the flip", m.id, f)
+			}
+			m.lw.SetHonour(false)
+			m.lw.EndWatches()
+		}
+		rg.churn(2 * retryPeriod)
+		time.Sleep(retryPeriod)
+		foreign := func(m *member) int {
+			n := 0
+			for _, obj := range m.r.Informer().GetStore().List() {
+				s, _ := m.r.ShardOfObject(obj)
+				if !slices.Contains(m.r.Shards(), s) {
+					n++
+				}
+			}
+			return n
+		}
+		for _, m := range []*member{ma, mb} {
+			if n := foreign(m); n > 0 {
+				t.Errorf("%s caches %d objects of shards it does not hold after the server stopped filtering", m.id, n)
+			}
+			if f := m.r.Filtering(); f != sharding.FilterServer {
+				t.Errorf("%s filters on the %s before any LIST showed the change", m.id, f)
+			}
+		}
+		rg.stop(b)
+		rg.waitBalanced(leaseDuration)
+		time.Sleep(2 * retryPeriod)
+		if f := ma.r.Filtering(); f != sharding.FilterClient {
+			t.Errorf("%s still filters on the %s after a LIST came back without ShardInfo", a, f)
+		}
+		if n, all := len(ma.r.Informer().GetStore().ListKeys()), len(rg.names); n != all || foreign(ma) > 0 {
+			t.Errorf("%s holds every shard and caches %d objects (%d foreign), want all %d", a, n, foreign(ma), all)
+		}
+		if n := ma.lw.Lists(""); n != 1 {
+			t.Errorf("%s made %d full LISTs after switching to client filtering, want 1", a, n)
+		}
+		rg.update(50)
+		rg.quiet()
+		rg.checkExclusive()
+	})
+}

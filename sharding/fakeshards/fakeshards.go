@@ -123,6 +123,18 @@ func (f *ListerWatcher) Hold(selector string) (release func()) {
 	}
 }
 
+// EndWatches ends every open watch (its channel is closed), as an API
+// server does when it restarts or a watch times out: clients watch again
+// from the last resourceVersion they saw, without listing.
+func (f *ListerWatcher) EndWatches() {
+	f.mu.Lock()
+	subs := slices.Clone(f.subs)
+	f.mu.Unlock()
+	for _, s := range subs {
+		s.Stop()
+	}
+}
+
 // List implements cache.Lister.
 func (f *ListerWatcher) List(opts metav1.ListOptions) (runtime.Object, error) {
 	return f.ListWithContext(context.Background(), opts)
