@@ -423,3 +423,69 @@ func TestServerStopsFiltering(t *testing.T) {
 		rg.checkExclusive()
 	})
 }
+
+// TestCacheShapes measures the three shapes a sharded cache can take
+// through one join (4 replicas, 64 shards, 2,000 objects; the fifth
+// replica takes its share while objects change): one list+watch per held
+// shard (built), one watch per replica with its ranges merged and
+// restarted when they change (MergeRanges, for the comparison), and one
+// full watch filtered on the client (the fallback, built). It counts, over
+// every replica, the LISTs and the objects they returned, the watches
+// started and open, and the watch events sent. Only the per-shard shape
+// lists no more than the moved shards' objects.
+func TestCacheShapes(t *testing.T) {
+	const replicas, shards, objs, updates = 4, 64, 2000, 300
+	type figures struct{ lists, listed, started, open, sent int }
+	measure := func(t *testing.T, shape string) (f figures) {
+		synctest.Test(t, func(t *testing.T) {
+			rg := newRing(t, shards, objs)
+			rg.clientFilter = shape == "client"
+			if shape == "merged" {
+				rg.created = func(_ string, r *sharding.Replica) { sharding.MergeRanges(r) }
+			}
+			defer rg.stopAll()
+			for range replicas {
+				rg.start(false)
+			}
+			rg.waitBalanced(leaseDuration)
+			time.Sleep(2 * retryPeriod)
+			for _, id := range rg.ids() {
+				rg.members[id].lw.Reset()
+			}
+			before := rg.owner()
+			rg.start(false)
+			go rg.churnEvery(time.Duration(updates/3)*100*time.Millisecond, 100*time.Millisecond)
+			rg.waitBalanced(leaseDuration + 4*retryPeriod)
+			time.Sleep(time.Duration(updates/3)*100*time.Millisecond + retryPeriod)
+			moved := moved(before, rg.owner())
+			for _, id := range rg.ids() {
+				lw := rg.members[id].lw
+				f.lists += lw.TotalLists()
+				f.listed += lw.Listed()
+				st, op := lw.Watches()
+				f.started += st
+				f.open += op
+				f.sent += lw.Sent()
+			}
+			t.Logf("FIGURES cache shape %s: a join moving %d of %d shards (%d objects each on average) over %d replicas, %d updates meanwhile: %d LISTs returning %d objects, %d watches started, %d open after, %d watch events sent",
+				shape, moved, shards, objs/shards, replicas+1, updates, f.lists, f.listed, f.started, f.open, f.sent)
+			rg.quiet()
+			rg.checkExclusive()
+		})
+		return f
+	}
+	got := map[string]figures{}
+	for _, shape := range []string{"per-shard", "merged", "client"} {
+		t.Run(shape, func(t *testing.T) { got[shape] = measure(t, shape) })
+	}
+	ps, mg, cl := got["per-shard"], got["merged"], got["client"]
+	if !(ps.listed < mg.listed && ps.listed < cl.listed) {
+		t.Errorf("objects listed through a join: per shard %d, merged %d, client %d; want per shard the fewest", ps.listed, mg.listed, cl.listed)
+	}
+	if ps.open != shards || mg.open != replicas+1 || cl.open != replicas+1 {
+		t.Errorf("watches open: per shard %d (want S=%d), merged %d and client %d (want N=%d)", ps.open, shards, mg.open, cl.open, replicas+1)
+	}
+	if !(cl.sent > 2*ps.sent) {
+		t.Errorf("watch events sent: client %d, per shard %d; want the client filtering to get each change on every replica", cl.sent, ps.sent)
+	}
+}

@@ -177,8 +177,10 @@ type ring struct {
 	// hold, if not nil, is called with each replica's ListerWatcher
 	// before the replica starts (to hold back LISTs).
 	hold func(id string, lw *fakeshards.ListerWatcher)
-	// config, if not nil, edits each replica's Config before New.
-	config func(id string, cfg *sharding.Config)
+	// config, if not nil, edits each replica's Config before New;
+	// created, if not nil, is called with each replica before it runs.
+	config  func(id string, cfg *sharding.Config)
+	created func(id string, r *sharding.Replica)
 	// react, if not nil, is called with each replica's clientset before
 	// the replica starts, to prepend reactors (faults) to its Lease
 	// requests; they run before the store's, under the clientset's lock.
@@ -311,6 +313,9 @@ func (rg *ring) start(kill bool) string {
 	r, err := sharding.New(cfg)
 	if err != nil {
 		rg.t.Fatalf("sharding.New: %v", err)
+	}
+	if rg.created != nil {
+		rg.created(id, r)
 	}
 	inf := r.Informer()
 	m := &member{id: id, r: r, lw: lw, q: q, cancel: cancel, done: make(chan struct{}), killed: kill}

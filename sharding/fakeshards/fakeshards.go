@@ -40,6 +40,8 @@ type ListerWatcher struct {
 	// honour: the selector is applied and echoed.
 	honour  bool
 	lists   map[string]int // full LISTs (no Limit) by selector
+	listed  int            // objects returned by full LISTs
+	sent    int            // watch events sent (after the initial objects)
 	probes  int            // LISTs with a Limit
 	watches int            // watches started
 	open    int            // watches not stopped yet
@@ -87,6 +89,29 @@ func (f *ListerWatcher) TotalLists() int {
 		n += c
 	}
 	return n
+}
+
+// Listed returns the number of objects the full LISTs returned, in all.
+func (f *ListerWatcher) Listed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listed
+}
+
+// Sent returns the number of watch events sent (not counting the current
+// objects a watch starts with).
+func (f *ListerWatcher) Sent() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sent
+}
+
+// Reset sets every counter to zero.
+func (f *ListerWatcher) Reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.lists)
+	f.listed, f.sent, f.probes, f.watches = 0, 0, 0, 0
 }
 
 // Probes returns the number of LISTs made with a Limit.
@@ -168,7 +193,19 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 	inner := opts
 	inner.ShardSelector = ""
 	list, err := f.inner.ListWithContext(ctx, inner)
+	if err == nil && opts.Limit > 0 { // the fake ignores Limit
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return nil, err
+		}
+		if err := meta.SetList(list, items[:min(len(items), int(opts.Limit))]); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil || !honour || sel == "" {
+		if err == nil && opts.Limit == 0 {
+			f.count(list)
+		}
 		return list, err
 	}
 	match, err := Parse(sel)
@@ -197,7 +234,17 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 		return nil, fmt.Errorf("fakeshards: %T has no ShardInfo", list)
 	}
 	s.SetShardInfo(&metav1.ShardInfo{Selector: sel})
+	if opts.Limit == 0 {
+		f.count(list)
+	}
 	return list, nil
+}
+
+func (f *ListerWatcher) count(list runtime.Object) {
+	n := meta.LenList(list)
+	f.mu.Lock()
+	f.listed += n
+	f.mu.Unlock()
 }
 
 // WatchWithContext starts a watch of the objects in the selector's ranges
@@ -240,6 +287,7 @@ func (f *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 		}
 		f.mu.Lock()
 		sub.buf = append(first, sub.buf...)
+		sub.initial = len(first)
 		f.mu.Unlock()
 	}
 	if err != nil {
@@ -317,10 +365,13 @@ type subscriber struct {
 	f     *ListerWatcher
 	match func(runtime.Object) bool
 	buf   []watch.Event // f.mu
-	out   chan watch.Event
-	done  chan struct{}
-	more  chan struct{}
-	once  sync.Once
+	// initial counts the current objects at the head of the stream, not
+	// counted as sent (f.mu until run starts, then run's).
+	initial int
+	out     chan watch.Event
+	done    chan struct{}
+	more    chan struct{}
+	once    sync.Once
 }
 
 func (s *subscriber) signal() {
@@ -346,6 +397,10 @@ func (s *subscriber) run() {
 			}
 		}
 		for _, ev := range batch {
+			initial := s.initial > 0
+			if initial {
+				s.initial--
+			}
 			switch ev.Type {
 			case watch.Added, watch.Modified, watch.Deleted:
 				if !s.match(ev.Object) {
@@ -356,6 +411,11 @@ func (s *subscriber) run() {
 			case s.out <- ev:
 			case <-s.done:
 				return
+			}
+			if !initial {
+				s.f.mu.Lock()
+				s.f.sent++
+				s.f.mu.Unlock()
 			}
 		}
 	}
