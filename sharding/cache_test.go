@@ -489,3 +489,54 @@ func TestCacheShapes(t *testing.T) {
 		t.Errorf("watch events sent: client %d, per shard %d; want the client filtering to get each change on every replica", cl.sent, ps.sent)
 	}
 }
+
+// TestNewInformerPrimary builds the primary informer the way
+// controller-runtime does, through NewInformer (Config.ListerWatcher is
+// nil), and starts it late, as a cache that starts its informers when a
+// controller first watches: until it runs and has synced the held shards,
+// the replica admits no key, though it holds every shard's Lease.
+func TestNewInformerPrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const shards = 4
+		objs := nsObjects(t, 8, 2)
+		leases := fakeleases.New()
+		q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
+		r, err := sharding.New(sharding.Config{
+			Client: leases.Clientset("r-0"), Namespace: "ring", Name: "ctl", Identity: "r-0",
+			Shards: shards, Field: sharding.FieldNamespace, Object: &appsv1.Deployment{}, Queue: q,
+			LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, GracePeriod: gracePeriod,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Informer() != nil {
+			t.Fatal("Informer() is not nil before NewInformer built it")
+		}
+		inf := r.NewInformer(fakeshards.New(allNamespacesLW(objs, false), true), &appsv1.Deployment{}, 0, nil)
+		if r.Informer() != inf {
+			t.Fatal("Informer() is not the informer NewInformer built for Config.Object's type")
+		}
+		if again := r.NewInformer(allNamespacesLW(objs, false), &appsv1.Deployment{}, 0, nil); again != inf {
+			t.Error("a second NewInformer for Config.Object's type built another informer")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		defer func() {
+			cancel()
+			wg.Wait()
+		}()
+		wg.Go(func() { _ = r.Run(ctx) })
+		time.Sleep(10 * retryPeriod)
+		if got := r.Shards(); len(got) > 0 || r.Owns("ns-0/d-0") {
+			t.Errorf("before the primary informer runs: Shards() = %v, Owns = %v; want nothing admitted", got, r.Owns("ns-0/d-0"))
+		}
+		wg.Go(func() { inf.Run(ctx.Done()) })
+		time.Sleep(2 * retryPeriod)
+		if got := r.Shards(); len(got) != shards || !r.Owns("ns-0/d-0") {
+			t.Errorf("once the primary informer runs: Shards() = %v, Owns = %v; want every shard admitted", got, r.Owns("ns-0/d-0"))
+		}
+		if n, l := len(inf.GetStore().ListKeys()), q.Len(); n != 16 || l != 16 {
+			t.Errorf("%d objects cached and %d keys queued, want all 16", n, l)
+		}
+	})
+}

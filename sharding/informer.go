@@ -254,14 +254,17 @@ func (inf *informer) RunWithContext(ctx context.Context) {
 }
 
 // probe decides the mode: a LIST of at most one object with a selector
-// that matches everything tells whether the server echoes ShardInfo. It
+// that matches everything (one range, [0, 2^64)) tells whether the server
+// echoes ShardInfo. It
 // retries until it has an answer or ctx ends, then starts the loops of the
 // shards held by then.
 func (inf *informer) probe(ctx context.Context) {
 	sel := Selector(inf.r.field, 1, []int{0}).String()
 	backoff := minBackoff
 	for {
-		list, err := inf.lw.ListWithContext(ctx, metav1.ListOptions{ShardSelector: sel, Limit: 1, ResourceVersion: "0"})
+		// A consistent read: resourceVersion "0" would be served from
+		// the watch cache, which ignores the limit on some versions.
+		list, err := inf.lw.ListWithContext(ctx, metav1.ListOptions{ShardSelector: sel, Limit: 1})
 		if err == nil {
 			mode := FilterClient
 			if _, ok := shardInfoOf(list); ok {
@@ -436,7 +439,7 @@ func (inf *informer) listWatch(ctx context.Context, l *loop) {
 		backoff = minBackoff
 		for ctx.Err() == nil {
 			var relist bool
-			rv, relist = inf.watch(ctx, l, sel, rv)
+			rv, relist = inf.watch(ctx, l, sel, rv, &backoff)
 			if relist {
 				break
 			}
@@ -445,16 +448,24 @@ func (inf *informer) listWatch(ctx context.Context, l *loop) {
 }
 
 // watch watches from rv until the watch ends, and returns the last
-// resourceVersion seen and whether the loop must list again.
-func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string) (string, bool) {
+// resourceVersion seen and whether the loop must list again: only when
+// the server says rv is too old (or too new), since a LIST of a shard is
+// what a move costs and a watch resumes without one. Other failures are
+// retried after *backoff, which doubles up to maxBackoff and is reset by
+// an event.
+func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string, backoff *time.Duration) (string, bool) {
 	timeout := int64(300 + rand.IntN(300)) // as client-go: 5 to 10 minutes, so stuck watches end
 	w, err := inf.lw.WatchWithContext(ctx, metav1.ListOptions{
 		ShardSelector: sel, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout,
 	})
 	if err != nil {
 		inf.watchError(ctx, err)
-		sleepCtx(ctx, minBackoff)
-		return rv, true
+		if mustRelist(err) {
+			return rv, true
+		}
+		sleepCtx(ctx, *backoff)
+		*backoff = min(2**backoff, maxBackoff)
+		return rv, false
 	}
 	defer w.Stop()
 	for {
@@ -469,10 +480,12 @@ func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string) (string
 			case watch.Error:
 				err := apierrors.FromObject(ev.Object)
 				inf.watchError(ctx, err)
-				if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
-					sleepCtx(ctx, minBackoff)
+				if mustRelist(err) {
+					return rv, true
 				}
-				return rv, true
+				sleepCtx(ctx, *backoff)
+				*backoff = min(2**backoff, maxBackoff)
+				return rv, false
 			case watch.Bookmark:
 				if m, err := meta.Accessor(ev.Object); err == nil {
 					rv = m.GetResourceVersion()
@@ -481,6 +494,7 @@ func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string) (string
 				if next := inf.apply(l, ev.Type, ev.Object); next != "" {
 					rv = next
 				}
+				*backoff = minBackoff
 			}
 		}
 	}
@@ -518,7 +532,7 @@ func (inf *informer) replace(l *loop, list runtime.Object) (string, error) {
 			for _, h := range inf.handlers {
 				h.h.OnAdd(obj, !inf.synced[s])
 			}
-		case resourceVersion(old) != resourceVersion(obj):
+		case resourceVersion(old) == "" || resourceVersion(old) != resourceVersion(obj):
 			_ = inf.indexer.Update(obj)
 			for _, h := range inf.handlers {
 				h.h.OnUpdate(old, obj)
@@ -825,6 +839,13 @@ func (d doneChecker) Done() <-chan struct{} {
 		close(ch)
 	}()
 	return ch
+}
+
+// mustRelist reports whether a watch error means the resourceVersion it
+// started from cannot be watched from: it is compacted away (410), or
+// ahead of the server (after a restore).
+func mustRelist(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
 
 // shardInfoOf returns the selector a LIST answer says it was filtered by.

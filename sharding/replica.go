@@ -457,6 +457,13 @@ func (r *Replica) Filtering() Filtering {
 	return inf.filtering()
 }
 
+// primaryInformer returns the primary informer, or nil.
+func (r *Replica) primaryInformer() *informer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.primary
+}
+
 // addInformer registers a sharded informer that starts running: until it
 // has synced a shard, the shard's keys are not admitted.
 func (r *Replica) addInformer(inf *informer) {
