@@ -88,6 +88,8 @@ func testSyncBeforeAdmit(t *testing.T, secondary bool) {
 	objs := nsObjects(t, namespaces, perNS)
 	primaryLW := fakeshards.New(allNamespacesLW(objs, false), true)
 	rsLW := fakeshards.New(allNamespacesLW(objs, true), true)
+	defer primaryLW.Close()
+	defer rsLW.Close()
 	heldBack := sharding.ShardOf(sharding.Hash("ns-0"), shards)
 	sel := sharding.Selector(sharding.FieldNamespace, shards, []int{heldBack}).String()
 	release := primaryLW.Hold(sel)
@@ -512,7 +514,9 @@ func TestNewInformerPrimary(t *testing.T) {
 		if r.Informer() != nil {
 			t.Fatal("Informer() is not nil before NewInformer built it")
 		}
-		inf := r.NewInformer(fakeshards.New(allNamespacesLW(objs, false), true), &appsv1.Deployment{}, 0, nil)
+		lw := fakeshards.New(allNamespacesLW(objs, false), true)
+		defer lw.Close()
+		inf := r.NewInformer(lw, &appsv1.Deployment{}, 0, nil)
 		if r.Informer() != inf {
 			t.Fatal("Informer() is not the informer NewInformer built for Config.Object's type")
 		}

@@ -369,6 +369,7 @@ func (rg *ring) stop(id string) {
 	rg.mu.Unlock()
 	m.cancel()
 	<-m.done
+	m.lw.Close()
 	// A handler that takes longer than GracePeriod + RenewDeadline to
 	// return makes a graceful leave give up, as documented.
 	if m.leaveEr != nil && rg.retDly < gracePeriod+renewDeadline {

@@ -7,9 +7,18 @@
 // ShardedListAndWatch gate on; with Honour unset, the selector is ignored,
 // as with the gate off.
 //
-// It also counts requests (LISTs per selector, watches open) and can hold
-// back the LISTs of a selector, to test what a replica does while a shard
-// is being filled.
+// It serves LISTs and watches from a small watch cache of its own, fed by
+// one watch of the wrapped ListerWatcher: client-go's fake clientset
+// stamps no resourceVersion on objects, and each of its watches is a
+// channel of 100 events that panics when full. The cache stamps every
+// change with its own resourceVersion, so a LIST followed by a watch from
+// its resourceVersion misses nothing, a watch resumes from the last
+// version it saw, and a version older than the cache's start is answered
+// 410 Gone, as by the API server.
+//
+// It also counts requests (LISTs per selector, objects listed, watches,
+// events sent) and can hold back the LISTs of a selector, to test what a
+// replica does while a shard is being filled.
 package fakeshards
 
 import (
@@ -23,6 +32,7 @@ import (
 	"sync"
 
 	"github.com/go-coalesce/workqueue/sharding"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,8 +43,9 @@ import (
 // ListerWatcher is a cache.ListerWatcher that answers ShardSelector (see
 // the package doc). Its methods are safe for concurrent use.
 type ListerWatcher struct {
-	inner   cache.ListerWatcherWithContext
-	startMu sync.Mutex // serializes starting and stopping the shared watch
+	inner cache.ListerWatcherWithContext
+	// startMu serializes starting and stopping the shared watch.
+	startMu sync.Mutex
 
 	mu sync.Mutex // protects the fields below
 	// honour: the selector is applied and echoed.
@@ -46,15 +57,23 @@ type ListerWatcher struct {
 	watches int            // watches started
 	open    int            // watches not stopped yet
 	held    map[string]chan struct{}
-	// shared is the one watch of the wrapped ListerWatcher, read into
-	// subs by a goroutine that closes readerDone when it ends. It is
-	// started and stopped under startMu.
+
+	// The cache: shared is the one watch of the wrapped ListerWatcher
+	// (nil when stopped), read by a goroutine that closes readerDone
+	// when it ends. objs are the objects, each a copy stamped with the
+	// resourceVersion of its last change; log holds every change since
+	// the cache started at version base; rv is the newest version.
 	shared     watch.Interface
 	readerDone chan struct{}
+	template   runtime.Object // an empty list of the wrapped type
+	objs       map[string]runtime.Object
+	log        []watch.Event
+	base, rv   int64
 	subs       []*subscriber
 }
 
-// New wraps lw; honour says whether selectors are applied.
+// New wraps lw; honour says whether selectors are applied. Call Close
+// when done with it (or stop every watch: the last one stops the cache).
 func New(lw cache.ListerWatcher, honour bool) *ListerWatcher {
 	return &ListerWatcher{
 		inner:  cache.ToListerWatcherWithContext(lw),
@@ -98,8 +117,8 @@ func (f *ListerWatcher) Listed() int {
 	return f.listed
 }
 
-// Sent returns the number of watch events sent (not counting the current
-// objects a watch starts with).
+// Sent returns the number of watch events sent (not counting the objects
+// a watch from no resourceVersion starts with).
 func (f *ListerWatcher) Sent() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -149,15 +168,26 @@ func (f *ListerWatcher) Hold(selector string) (release func()) {
 }
 
 // EndWatches ends every open watch (its channel is closed), as an API
-// server does when it restarts or a watch times out: clients watch again
-// from the last resourceVersion they saw, without listing.
+// server does when a watch times out: clients watch again from the last
+// resourceVersion they saw, without listing.
 func (f *ListerWatcher) EndWatches() {
+	f.mu.Lock()
+	subs := slices.Clone(f.subs)
+	f.mu.Unlock()
+	for _, s := range subs {
+		s.end()
+	}
+}
+
+// Close ends every watch and stops the cache.
+func (f *ListerWatcher) Close() {
 	f.mu.Lock()
 	subs := slices.Clone(f.subs)
 	f.mu.Unlock()
 	for _, s := range subs {
 		s.Stop()
 	}
+	f.stopShared()
 }
 
 // List implements cache.Lister.
@@ -170,12 +200,11 @@ func (f *ListerWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) 
 	return f.WatchWithContext(context.Background(), opts)
 }
 
-// ListWithContext lists through the wrapped ListerWatcher, without the
-// selector, and applies the selector when honoured.
+// ListWithContext lists from the cache, applying the selector when
+// honoured (and echoing it in ListMeta.ShardInfo) and the Limit.
 func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	sel := opts.ShardSelector
 	f.mu.Lock()
-	honour := f.honour
 	hold := f.held[sel]
 	if opts.Limit > 0 {
 		f.probes++
@@ -190,188 +219,246 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 			return nil, ctx.Err()
 		}
 	}
-	inner := opts
-	inner.ShardSelector = ""
-	list, err := f.inner.ListWithContext(ctx, inner)
-	if err == nil && opts.Limit > 0 { // the fake ignores Limit
-		items, err := meta.ExtractList(list)
-		if err != nil {
-			return nil, err
-		}
-		if err := meta.SetList(list, items[:min(len(items), int(opts.Limit))]); err != nil {
-			return nil, err
-		}
+	if err := f.start(ctx); err != nil {
+		return nil, err
 	}
-	if err != nil || !honour || sel == "" {
-		if err == nil && opts.Limit == 0 {
-			f.count(list)
-		}
-		return list, err
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.template == nil {
+		return nil, fmt.Errorf("fakeshards: the cache stopped")
 	}
-	match, err := Parse(sel)
+	match, err := f.matcher(sel)
 	if err != nil {
 		return nil, err
 	}
-	items, err := meta.ExtractList(list)
-	if err != nil {
-		return nil, err
+	keys := make([]string, 0, len(f.objs))
+	for k := range f.objs {
+		keys = append(keys, k)
 	}
-	var kept []runtime.Object
-	for _, it := range items {
-		if match(it) {
-			kept = append(kept, it)
+	slices.Sort(keys)
+	var items []runtime.Object
+	for _, k := range keys {
+		if o := f.objs[k]; match(o) {
+			items = append(items, o)
+			if opts.Limit > 0 && int64(len(items)) == opts.Limit {
+				break
+			}
 		}
 	}
-	if err := meta.SetList(list, kept); err != nil {
+	list := f.template.DeepCopyObject()
+	if err := meta.SetList(list, items); err != nil {
 		return nil, err
 	}
 	lm, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, err
 	}
-	s, ok := lm.(metav1.ShardedListInterface)
-	if !ok {
-		return nil, fmt.Errorf("fakeshards: %T has no ShardInfo", list)
+	lm.SetResourceVersion(strconv.FormatInt(f.rv, 10))
+	if f.honour && sel != "" {
+		s, ok := lm.(metav1.ShardedListInterface)
+		if !ok {
+			return nil, fmt.Errorf("fakeshards: %T has no ShardInfo", list)
+		}
+		s.SetShardInfo(&metav1.ShardInfo{Selector: sel})
 	}
-	s.SetShardInfo(&metav1.ShardInfo{Selector: sel})
 	if opts.Limit == 0 {
-		f.count(list)
+		f.listed += len(items)
 	}
 	return list, nil
 }
 
-func (f *ListerWatcher) count(list runtime.Object) {
-	n := meta.LenList(list)
-	f.mu.Lock()
-	f.listed += n
-	f.mu.Unlock()
+// matcher returns the filter of sel: everything unless honoured. f.mu
+// must be held.
+func (f *ListerWatcher) matcher(sel string) (func(runtime.Object) bool, error) {
+	if !f.honour || sel == "" {
+		return func(runtime.Object) bool { return true }, nil
+	}
+	return Parse(sel)
 }
 
-// WatchWithContext starts a watch of the objects in the selector's ranges
-// when honoured, of all objects otherwise.
-//
-// Two limits of client-go's fake clientset shape it: the fake stamps no
-// resourceVersion on objects (a watch cannot resume from one), and each of
-// its watches is a channel of 100 events that panics when full, filled by
-// the writer under the fake's lock. So the ListerWatcher keeps one watch
-// of the wrapped ListerWatcher (started at the newest version: no replay),
-// read at once into an unbounded buffer per watch it serves; a new watch
-// first gets every current object of its range as a Modified event (read
-// by a LIST once it is registered), then the changes. Nothing made between
-// a LIST and a watch is missed, and the last event of each object is its
-// newest state.
-func (f *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	sel := opts.ShardSelector
-	f.mu.Lock()
-	honour := f.honour
-	f.mu.Unlock()
-	match := func(runtime.Object) bool { return true }
-	if honour && sel != "" {
-		m, err := Parse(sel)
-		if err != nil {
-			return nil, err
-		}
-		match = m
-	}
-	sub := &subscriber{f: f, match: match, out: make(chan watch.Event), done: make(chan struct{}), more: make(chan struct{}, 1)}
-	if err := f.subscribe(ctx, sub, opts); err != nil {
-		return nil, err
-	}
-	list, err := f.inner.ListWithContext(ctx, metav1.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector})
-	if err == nil {
-		var items []runtime.Object
-		items, err = meta.ExtractList(list)
-		var first []watch.Event
-		for _, it := range items {
-			first = append(first, watch.Event{Type: watch.Modified, Object: it})
-		}
-		f.mu.Lock()
-		sub.buf = append(first, sub.buf...)
-		sub.initial = len(first)
-		f.mu.Unlock()
-	}
-	if err != nil {
-		sub.Stop()
-		return nil, err
-	}
-	go sub.run()
-	return sub, nil
-}
-
-// subscribe registers sub, starting the shared watch if it is the first.
-// The wrapped Watch is called without f.mu held: the reader needs f.mu to
-// drain the fake's channel, and the fake's writers fill it meanwhile.
-func (f *ListerWatcher) subscribe(ctx context.Context, sub *subscriber, opts metav1.ListOptions) error {
+// start starts the cache if it is stopped: the shared watch first (from
+// the newest version: no replay), then a LIST. The LIST is taken and
+// loaded with f.mu held, so the reader applies the changes it saw after
+// the load, in order: the last one of each object is its newest state.
+func (f *ListerWatcher) start(ctx context.Context) error {
 	f.startMu.Lock()
 	defer f.startMu.Unlock()
 	f.mu.Lock()
 	running := f.shared != nil
 	f.mu.Unlock()
-	if !running {
-		inner := metav1.ListOptions{
-			LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector,
-			ResourceVersion: strconv.FormatInt(math.MaxInt64, 10),
-		}
-		w, err := f.inner.WatchWithContext(context.WithoutCancel(ctx), inner)
-		if err != nil {
-			return err
-		}
-		done := make(chan struct{})
-		f.mu.Lock()
-		f.shared, f.readerDone = w, done
-		f.mu.Unlock()
-		go f.read(w, done)
+	if running {
+		return nil
+	}
+	w, err := f.inner.WatchWithContext(context.WithoutCancel(ctx), metav1.ListOptions{ResourceVersion: strconv.FormatInt(math.MaxInt64, 10)})
+	if err != nil {
+		return err
 	}
 	f.mu.Lock()
-	f.subs = append(f.subs, sub)
-	f.watches++
-	f.open++
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	list, err := f.inner.ListWithContext(context.WithoutCancel(ctx), metav1.ListOptions{})
+	if err != nil {
+		w.Stop()
+		return err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		w.Stop()
+		return err
+	}
+	if err := meta.SetList(list, nil); err != nil {
+		w.Stop()
+		return err
+	}
+	f.template = list
+	// A new version range: watches from before it get 410 Gone.
+	f.rv++
+	f.base = f.rv
+	f.log = nil
+	f.objs = make(map[string]runtime.Object, len(items))
+	for _, it := range items {
+		f.stampLocked(it)
+		k, _ := cache.MetaNamespaceKeyFunc(it)
+		f.objs[k] = it
+	}
+	done := make(chan struct{})
+	f.shared, f.readerDone = w, done
+	go f.read(w, done)
 	return nil
 }
 
-// read copies the shared watch's events into every subscriber's buffer.
-// It takes what the channel holds at once and f.mu once per batch, so that
-// it keeps up with the fake's writers, which panic when the channel holds
-// 100 events.
+// stampLocked gives obj the next resourceVersion. f.mu must be held.
+func (f *ListerWatcher) stampLocked(obj runtime.Object) {
+	f.rv++
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetResourceVersion(strconv.FormatInt(f.rv, 10))
+	}
+}
+
+// stopShared stops the cache.
+func (f *ListerWatcher) stopShared() {
+	f.startMu.Lock()
+	defer f.startMu.Unlock()
+	f.mu.Lock()
+	w, done := f.shared, f.readerDone
+	f.shared, f.readerDone, f.template, f.objs, f.log = nil, nil, nil, nil, nil
+	f.mu.Unlock()
+	if w != nil {
+		w.Stop()
+		<-done
+	}
+}
+
+// read applies the shared watch's changes to the cache and hands them to
+// every watch.
 func (f *ListerWatcher) read(w watch.Interface, done chan struct{}) {
 	defer close(done)
-	ch := w.ResultChan()
-	for ev := range ch {
-		batch := []watch.Event{ev}
-	more:
-		for {
-			select {
-			case ev, ok := <-ch:
-				if !ok {
-					break more
-				}
-				batch = append(batch, ev)
-			default:
-				break more
-			}
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+		default:
+			continue
+		}
+		k, err := cache.MetaNamespaceKeyFunc(ev.Object)
+		if err != nil {
+			continue
 		}
 		f.mu.Lock()
+		if f.objs == nil {
+			f.mu.Unlock()
+			continue
+		}
+		obj := ev.Object.DeepCopyObject()
+		f.stampLocked(obj)
+		_, existed := f.objs[k]
+		switch {
+		case ev.Type == watch.Deleted:
+			if !existed {
+				f.mu.Unlock()
+				continue
+			}
+			delete(f.objs, k)
+		case existed:
+			ev.Type = watch.Modified
+			f.objs[k] = obj
+		default:
+			ev.Type = watch.Added
+			f.objs[k] = obj
+		}
+		ev.Object = obj
+		f.log = append(f.log, ev)
 		for _, s := range f.subs {
-			s.buf = append(s.buf, batch...)
+			s.buf = append(s.buf, ev)
 			s.signal()
 		}
 		f.mu.Unlock()
 	}
 }
 
-// subscriber is one watch served from the shared one.
+// WatchWithContext watches from opts.ResourceVersion (the changes after
+// it, from the cache's log; 410 Gone if it is older than the cache), or,
+// without one, from now with every current object as an Added event. It
+// drops the events of objects outside the selector when honoured.
+func (f *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if err := f.start(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.objs == nil {
+		return nil, fmt.Errorf("fakeshards: the cache stopped")
+	}
+	match, err := f.matcher(opts.ShardSelector)
+	if err != nil {
+		return nil, err
+	}
+	sub := &subscriber{f: f, match: match, out: make(chan watch.Event), done: make(chan struct{}), ended: make(chan struct{}), more: make(chan struct{}, 1)}
+	if opts.ResourceVersion == "" {
+		for _, o := range f.objs {
+			sub.buf = append(sub.buf, watch.Event{Type: watch.Added, Object: o})
+		}
+		sub.initial = len(sub.buf)
+	} else {
+		from, err := strconv.ParseInt(opts.ResourceVersion, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("fakeshards: resourceVersion %q: %w", opts.ResourceVersion, err)
+		}
+		if from < f.base {
+			sub.buf = []watch.Event{{Type: watch.Error, Object: &apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", from, f.base)).ErrStatus}}
+		} else {
+			i, _ := slices.BinarySearchFunc(f.log, from, func(ev watch.Event, rv int64) int {
+				m, _ := meta.Accessor(ev.Object)
+				v, _ := strconv.ParseInt(m.GetResourceVersion(), 10, 64)
+				return int(v - rv)
+			})
+			for ; i < len(f.log); i++ {
+				m, _ := meta.Accessor(f.log[i].Object)
+				if v, _ := strconv.ParseInt(m.GetResourceVersion(), 10, 64); v > from {
+					sub.buf = append(sub.buf, f.log[i])
+				}
+			}
+		}
+	}
+	f.subs = append(f.subs, sub)
+	f.watches++
+	f.open++
+	go sub.run()
+	return sub, nil
+}
+
+// subscriber is one watch served from the cache.
 type subscriber struct {
 	f     *ListerWatcher
 	match func(runtime.Object) bool
 	buf   []watch.Event // f.mu
 	// initial counts the current objects at the head of the stream, not
-	// counted as sent (f.mu until run starts, then run's).
+	// counted as sent (set before run starts, then run's).
 	initial int
 	out     chan watch.Event
-	done    chan struct{}
+	done    chan struct{} // closed by Stop
+	ended   chan struct{} // closed by end: the stream closes
 	more    chan struct{}
 	once    sync.Once
+	endOnce sync.Once
 }
 
 func (s *subscriber) signal() {
@@ -393,6 +480,8 @@ func (s *subscriber) run() {
 			case <-s.more:
 				continue
 			case <-s.done:
+				return
+			case <-s.ended:
 				return
 			}
 		}
@@ -423,27 +512,22 @@ func (s *subscriber) run() {
 
 func (s *subscriber) ResultChan() <-chan watch.Event { return s.out }
 
-// Stop ends the watch; the last one stops the shared watch.
+// end closes the stream (the client sees the watch end) once the events
+// already buffered are out.
+func (s *subscriber) end() {
+	s.endOnce.Do(func() { close(s.ended) })
+	s.Stop()
+}
+
+// Stop ends the watch.
 func (s *subscriber) Stop() {
 	s.once.Do(func() {
 		close(s.done)
 		f := s.f
-		f.startMu.Lock()
-		defer f.startMu.Unlock()
 		f.mu.Lock()
 		f.subs = slices.DeleteFunc(f.subs, func(o *subscriber) bool { return o == s })
 		f.open--
-		var w watch.Interface
-		var done chan struct{}
-		if len(f.subs) == 0 && f.shared != nil {
-			w, done = f.shared, f.readerDone
-			f.shared, f.readerDone = nil, nil
-		}
 		f.mu.Unlock()
-		if w != nil {
-			w.Stop()
-			<-done
-		}
 	})
 }
 

@@ -90,6 +90,7 @@ type replica struct {
 	name   string
 	shard  *sharding.Replica
 	get    func(key string) (any, bool, error) // the informer's store
+	lw     *fakeshards.ListerWatcher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -145,7 +146,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 			return nil, err
 		}
 		inf := s.Informer() // holds only the Deployments of s's shards
-		rp := &replica{name: name, shard: s, get: inf.GetStore().GetByKey, cancel: cancel}
+		rp := &replica{name: name, shard: s, get: inf.GetStore().GetByKey, lw: lw, cancel: cancel}
 		reconcile := func(ctx context.Context, key string) error {
 			mu.Lock()
 			if other, ok := running[key]; ok {
@@ -174,6 +175,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 		for _, rp := range replicas {
 			rp.cancel()
 			rp.wg.Wait()
+			rp.lw.Close()
 		}
 	}()
 	for _, name := range replicaNames {
@@ -217,6 +219,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 	fmt.Fprintf(w, "\nkill %s (no release: its Leases are left to expire)\n", victim)
 	replicas[victim].cancel()
 	replicas[victim].wg.Wait()
+	replicas[victim].lw.Close()
 	delete(replicas, victim)
 
 	for i := range deployments {
@@ -251,6 +254,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 	for name, rp := range replicas {
 		rp.cancel()
 		rp.wg.Wait()
+		rp.lw.Close()
 		delete(replicas, name)
 	}
 	mu.Lock()
