@@ -3,7 +3,9 @@ package sharding_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // nsObjects makes a fake clientset with perNS Deployments and perNS
@@ -543,4 +546,68 @@ func TestNewInformerPrimary(t *testing.T) {
 			t.Errorf("%d objects cached and %d keys queued, want all 16", n, l)
 		}
 	})
+}
+
+// logLines collects klog's output.
+type logLines struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	return len(p), nil
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.buf)
+}
+
+// TestModeLogged checks that a replica says which mode it chose: a log
+// line, Filtering(), and the ServerFiltering gauge.
+func TestModeLogged(t *testing.T) {
+	for _, honour := range []bool{true, false} {
+		t.Run(map[bool]string{true: "server", false: "client"}[honour], func(t *testing.T) {
+			var logs logLines
+			klog.SetOutput(&logs)
+			defer klog.SetOutput(io.Discard)
+			synctest.Test(t, func(t *testing.T) {
+				objs := nsObjects(t, 2, 2)
+				lw := fakeshards.New(allNamespacesLW(objs, false), honour)
+				defer lw.Close()
+				var g gauge
+				g.Set(-1)
+				r, err := sharding.New(sharding.Config{
+					Client: fakeleases.New().Clientset("r-0"), Namespace: "ring", Name: "ctl", Identity: "r-0",
+					Object: &appsv1.Deployment{}, ListerWatcher: lw,
+					Queue:   workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]()),
+					Metrics: sharding.Metrics{ServerFiltering: &g},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() { _ = r.Run(ctx); close(done) }()
+				time.Sleep(time.Second)
+				cancel()
+				<-done
+				want, line, gv := sharding.FilterClient, "filtering by shard on the client", 0.0
+				if honour {
+					want, line, gv = sharding.FilterServer, "the server filters by shard", 1
+				}
+				if r.Filtering() != want || g.get() != gv {
+					t.Errorf("Filtering() = %v, gauge %v; want %v, %v", r.Filtering(), g.get(), want, gv)
+				}
+				klog.Flush()
+				if !strings.Contains(logs.String(), line) {
+					t.Errorf("no log line %q in %q", line, logs.String())
+				}
+			})
+		})
+	}
 }
