@@ -160,17 +160,20 @@ func (t *tracker) violationList() []string {
 // Lease store (with resourceVersion conflicts), one shared object store
 // that each replica watches through its own informer.
 type ring struct {
-	t       *testing.T
-	shards  int
-	leases  *fakeleases.Store
-	objs    *fake.Clientset
-	tr      *tracker
-	rng     *rand.Rand
-	names   []string
-	timing  sharding.Config // only the timing fields are used
-	retDly  time.Duration   // how long a handler takes to return once cancelled
-	block   bool            // handlers work until cancelled
-	workers int             // per replica; 0 means the constant workers
+	t      *testing.T
+	shards int
+	leases *fakeleases.Store
+	objs   *fake.Clientset
+	// shardSrv serves the Deployments to every replica (a client each),
+	// as one API server: see fakeshards.
+	shardSrv *fakeshards.Server
+	tr       *tracker
+	rng      *rand.Rand
+	names    []string
+	timing   sharding.Config // only the timing fields are used
+	retDly   time.Duration   // how long a handler takes to return once cancelled
+	block    bool            // handlers work until cancelled
+	workers  int             // per replica; 0 means the constant workers
 	// clientFilter makes the replicas' ListerWatchers ignore the shard
 	// selector, as a server with the ShardedListAndWatch gate off does.
 	clientFilter bool
@@ -264,6 +267,12 @@ func newRing(t *testing.T, shards, objects int) *ring {
 		rg.names = append(rg.names, name)
 		rg.tr.wrote(objectsNS+"/"+name, 1)
 	}
+	// Start the fake server's cache now, so that a test measuring the
+	// replicas' heap from here counts only theirs.
+	rg.shardSrv = fakeshards.NewServer(deploymentsLW(rg.objs), true)
+	if _, err := rg.shardSrv.Client().List(metav1.ListOptions{Limit: 1}); err != nil {
+		t.Fatalf("starting the fake server: %v", err)
+	}
 	return rg
 }
 
@@ -288,7 +297,8 @@ func (rg *ring) start(kill bool) string {
 	rg.seq++
 	rg.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	lw := fakeshards.New(deploymentsLW(rg.objs), !rg.clientFilter)
+	rg.shardSrv.SetHonour(!rg.clientFilter)
+	lw := rg.shardSrv.Client()
 	if rg.hold != nil {
 		rg.hold(id, lw)
 	}

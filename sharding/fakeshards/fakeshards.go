@@ -42,22 +42,18 @@ import (
 
 // ListerWatcher is a cache.ListerWatcher that answers ShardSelector (see
 // the package doc). Its methods are safe for concurrent use.
-type ListerWatcher struct {
+// Server is the fake API server's side: a watch cache of the wrapped
+// ListerWatcher's objects, shared by its clients (one per replica, as
+// replicas share one API server, so that a replica's heap holds only its
+// own cache). Its methods are safe for concurrent use.
+type Server struct {
 	inner cache.ListerWatcherWithContext
 	// startMu serializes starting and stopping the shared watch.
 	startMu sync.Mutex
 
 	mu sync.Mutex // protects the fields below
 	// honour: the selector is applied and echoed.
-	honour  bool
-	lists   map[string]int // full LISTs (no Limit) by selector
-	listed  int            // objects returned by full LISTs
-	sent    int            // watch events sent (after the initial objects)
-	probes  int            // LISTs with a Limit
-	watches int            // watches started
-	open    int            // watches not stopped yet
-	held    map[string]chan struct{}
-
+	honour bool
 	// The cache: shared is the one watch of the wrapped ListerWatcher
 	// (nil when stopped), read by a goroutine that closes readerDone
 	// when it ends. objs are the objects, each a copy stamped with the
@@ -72,24 +68,51 @@ type ListerWatcher struct {
 	subs       []*subscriber
 }
 
-// New wraps lw; honour says whether selectors are applied. Call Close
-// when done with it (or stop every watch: the last one stops the cache).
-func New(lw cache.ListerWatcher, honour bool) *ListerWatcher {
-	return &ListerWatcher{
-		inner:  cache.ToListerWatcherWithContext(lw),
-		honour: honour,
-		lists:  make(map[string]int),
-		held:   make(map[string]chan struct{}),
-	}
+// ListerWatcher is one client of a Server: a cache.ListerWatcher with its
+// own counters and held-back selectors. Its methods are safe for
+// concurrent use.
+type ListerWatcher struct {
+	srv *Server
+
+	mu      sync.Mutex     // protects the fields below
+	lists   map[string]int // full LISTs (no Limit) by selector
+	listed  int            // objects returned by full LISTs
+	sent    int            // watch events sent (after the initial objects)
+	probes  int            // LISTs with a Limit
+	watches int            // watches started
+	open    int            // watches not stopped yet
+	held    map[string]chan struct{}
 }
+
+// NewServer serves lw; honour says whether selectors are applied. Call
+// Close when done with it.
+func NewServer(lw cache.ListerWatcher, honour bool) *Server {
+	return &Server{inner: cache.ToListerWatcherWithContext(lw), honour: honour}
+}
+
+// Client returns a new client of the server.
+func (srv *Server) Client() *ListerWatcher {
+	return &ListerWatcher{srv: srv, lists: make(map[string]int), held: make(map[string]chan struct{})}
+}
+
+// New returns the one client of a new Server on lw (see NewServer).
+func New(lw cache.ListerWatcher, honour bool) *ListerWatcher {
+	return NewServer(lw, honour).Client()
+}
+
+// Server returns the client's server.
+func (f *ListerWatcher) Server() *Server { return f.srv }
 
 // SetHonour switches between the modes, as a server restarted with the
 // gate flipped would.
-func (f *ListerWatcher) SetHonour(honour bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.honour = honour
+func (srv *Server) SetHonour(honour bool) {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	srv.honour = honour
 }
+
+// SetHonour is f.Server().SetHonour.
+func (f *ListerWatcher) SetHonour(honour bool) { f.srv.SetHonour(honour) }
 
 // Lists returns the number of full LISTs (without a Limit) made with
 // selector ("" for unsharded LISTs).
@@ -147,8 +170,8 @@ func (f *ListerWatcher) Watches() (started, open int) {
 	return f.watches, f.open
 }
 
-// Hold makes full LISTs with selector wait until the returned function
-// is called (or their context ends).
+// Hold makes this client's full LISTs with selector wait until the
+// returned function is called (or their context ends).
 func (f *ListerWatcher) Hold(selector string) (release func()) {
 	ch := make(chan struct{})
 	f.mu.Lock()
@@ -167,27 +190,65 @@ func (f *ListerWatcher) Hold(selector string) (release func()) {
 	}
 }
 
-// EndWatches ends every open watch (its channel is closed), as an API
-// server does when a watch times out: clients watch again from the last
-// resourceVersion they saw, without listing.
-func (f *ListerWatcher) EndWatches() {
-	f.mu.Lock()
-	subs := slices.Clone(f.subs)
-	f.mu.Unlock()
+// EndWatches ends every open watch of every client (its channel is
+// closed), as an API server does when a watch times out: clients watch
+// again from the last resourceVersion they saw, without listing.
+func (srv *Server) EndWatches() {
+	srv.mu.Lock()
+	subs := slices.Clone(srv.subs)
+	srv.mu.Unlock()
 	for _, s := range subs {
 		s.end()
 	}
 }
 
-// Close ends every watch and stops the cache.
-func (f *ListerWatcher) Close() {
-	f.mu.Lock()
-	subs := slices.Clone(f.subs)
-	f.mu.Unlock()
+// EndWatches ends this client's open watches (see Server.EndWatches).
+func (f *ListerWatcher) EndWatches() {
+	f.srv.mu.Lock()
+	var subs []*subscriber
+	for _, s := range f.srv.subs {
+		if s.f == f {
+			subs = append(subs, s)
+		}
+	}
+	f.srv.mu.Unlock()
+	for _, s := range subs {
+		s.end()
+	}
+}
+
+// Close ends every watch and stops the cache; a later request starts it
+// again, with versions from before answered 410 Gone.
+func (srv *Server) Close() {
+	srv.mu.Lock()
+	subs := slices.Clone(srv.subs)
+	srv.mu.Unlock()
 	for _, s := range subs {
 		s.Stop()
 	}
-	f.stopShared()
+	srv.stopShared()
+}
+
+// Close ends this client's watches, and stops the server if no other
+// client has a watch open.
+func (f *ListerWatcher) Close() {
+	f.srv.mu.Lock()
+	var mine []*subscriber
+	others := false
+	for _, s := range f.srv.subs {
+		if s.f == f {
+			mine = append(mine, s)
+		} else {
+			others = true
+		}
+	}
+	f.srv.mu.Unlock()
+	for _, s := range mine {
+		s.Stop()
+	}
+	if !others {
+		f.srv.stopShared()
+	}
 }
 
 // List implements cache.Lister.
@@ -200,8 +261,8 @@ func (f *ListerWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) 
 	return f.WatchWithContext(context.Background(), opts)
 }
 
-// ListWithContext lists from the cache, applying the selector when
-// honoured (and echoing it in ListMeta.ShardInfo) and the Limit.
+// ListWithContext lists from the server's cache, applying the selector
+// when honoured (and echoing it in ListMeta.ShardInfo) and the Limit.
 func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	sel := opts.ShardSelector
 	f.mu.Lock()
@@ -219,33 +280,34 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 			return nil, ctx.Err()
 		}
 	}
-	if err := f.start(ctx); err != nil {
+	srv := f.srv
+	if err := srv.start(ctx); err != nil {
 		return nil, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.template == nil {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.template == nil {
 		return nil, fmt.Errorf("fakeshards: the cache stopped")
 	}
-	match, err := f.matcher(sel)
+	match, err := srv.matcher(sel)
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]string, 0, len(f.objs))
-	for k := range f.objs {
+	keys := make([]string, 0, len(srv.objs))
+	for k := range srv.objs {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	var items []runtime.Object
 	for _, k := range keys {
-		if o := f.objs[k]; match(o) {
+		if o := srv.objs[k]; match(o) {
 			items = append(items, o)
 			if opts.Limit > 0 && int64(len(items)) == opts.Limit {
 				break
 			}
 		}
 	}
-	list := f.template.DeepCopyObject()
+	list := srv.template.DeepCopyObject()
 	if err := meta.SetList(list, items); err != nil {
 		return nil, err
 	}
@@ -253,8 +315,8 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 	if err != nil {
 		return nil, err
 	}
-	lm.SetResourceVersion(strconv.FormatInt(f.rv, 10))
-	if f.honour && sel != "" {
+	lm.SetResourceVersion(strconv.FormatInt(srv.rv, 10))
+	if srv.honour && sel != "" {
 		s, ok := lm.(metav1.ShardedListInterface)
 		if !ok {
 			return nil, fmt.Errorf("fakeshards: %T has no ShardInfo", list)
@@ -262,14 +324,16 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 		s.SetShardInfo(&metav1.ShardInfo{Selector: sel})
 	}
 	if opts.Limit == 0 {
+		f.mu.Lock()
 		f.listed += len(items)
+		f.mu.Unlock()
 	}
 	return list, nil
 }
 
 // matcher returns the filter of sel: everything unless honoured. f.mu
 // must be held.
-func (f *ListerWatcher) matcher(sel string) (func(runtime.Object) bool, error) {
+func (f *Server) matcher(sel string) (func(runtime.Object) bool, error) {
 	if !f.honour || sel == "" {
 		return func(runtime.Object) bool { return true }, nil
 	}
@@ -280,7 +344,7 @@ func (f *ListerWatcher) matcher(sel string) (func(runtime.Object) bool, error) {
 // the newest version: no replay), then a LIST. The LIST is taken and
 // loaded with f.mu held, so the reader applies the changes it saw after
 // the load, in order: the last one of each object is its newest state.
-func (f *ListerWatcher) start(ctx context.Context) error {
+func (f *Server) start(ctx context.Context) error {
 	f.startMu.Lock()
 	defer f.startMu.Unlock()
 	f.mu.Lock()
@@ -327,7 +391,7 @@ func (f *ListerWatcher) start(ctx context.Context) error {
 }
 
 // stampLocked gives obj the next resourceVersion. f.mu must be held.
-func (f *ListerWatcher) stampLocked(obj runtime.Object) {
+func (f *Server) stampLocked(obj runtime.Object) {
 	f.rv++
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetResourceVersion(strconv.FormatInt(f.rv, 10))
@@ -335,7 +399,7 @@ func (f *ListerWatcher) stampLocked(obj runtime.Object) {
 }
 
 // stopShared stops the cache.
-func (f *ListerWatcher) stopShared() {
+func (f *Server) stopShared() {
 	f.startMu.Lock()
 	defer f.startMu.Unlock()
 	f.mu.Lock()
@@ -350,7 +414,7 @@ func (f *ListerWatcher) stopShared() {
 
 // read applies the shared watch's changes to the cache and hands them to
 // every watch.
-func (f *ListerWatcher) read(w watch.Interface, done chan struct{}) {
+func (f *Server) read(w watch.Interface, done chan struct{}) {
 	defer close(done)
 	for ev := range w.ResultChan() {
 		switch ev.Type {
@@ -398,7 +462,8 @@ func (f *ListerWatcher) read(w watch.Interface, done chan struct{}) {
 // it, from the cache's log; 410 Gone if it is older than the cache), or,
 // without one, from now with every current object as an Added event. It
 // drops the events of objects outside the selector when honoured.
-func (f *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+func (c *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	f := c.srv
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}
@@ -411,7 +476,7 @@ func (f *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 	if err != nil {
 		return nil, err
 	}
-	sub := &subscriber{f: f, match: match, out: make(chan watch.Event), done: make(chan struct{}), ended: make(chan struct{}), more: make(chan struct{}, 1)}
+	sub := &subscriber{f: c, srv: f, match: match, out: make(chan watch.Event), done: make(chan struct{}), ended: make(chan struct{}), more: make(chan struct{}, 1)}
 	if opts.ResourceVersion == "" {
 		for _, o := range f.objs {
 			sub.buf = append(sub.buf, watch.Event{Type: watch.Added, Object: o})
@@ -439,17 +504,20 @@ func (f *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 		}
 	}
 	f.subs = append(f.subs, sub)
-	f.watches++
-	f.open++
+	c.mu.Lock()
+	c.watches++
+	c.open++
+	c.mu.Unlock()
 	go sub.run()
 	return sub, nil
 }
 
 // subscriber is one watch served from the cache.
 type subscriber struct {
-	f     *ListerWatcher
+	f     *ListerWatcher // its client, for the counters
+	srv   *Server
 	match func(runtime.Object) bool
-	buf   []watch.Event // f.mu
+	buf   []watch.Event // srv.mu
 	// initial counts the current objects at the head of the stream, not
 	// counted as sent (set before run starts, then run's).
 	initial int
@@ -471,10 +539,10 @@ func (s *subscriber) signal() {
 func (s *subscriber) run() {
 	defer close(s.out)
 	for {
-		s.f.mu.Lock()
+		s.srv.mu.Lock()
 		batch := s.buf
 		s.buf = nil
-		s.f.mu.Unlock()
+		s.srv.mu.Unlock()
 		if len(batch) == 0 {
 			select {
 			case <-s.more:
@@ -523,11 +591,12 @@ func (s *subscriber) end() {
 func (s *subscriber) Stop() {
 	s.once.Do(func() {
 		close(s.done)
-		f := s.f
-		f.mu.Lock()
-		f.subs = slices.DeleteFunc(f.subs, func(o *subscriber) bool { return o == s })
-		f.open--
-		f.mu.Unlock()
+		s.srv.mu.Lock()
+		s.srv.subs = slices.DeleteFunc(s.srv.subs, func(o *subscriber) bool { return o == s })
+		s.srv.mu.Unlock()
+		s.f.mu.Lock()
+		s.f.open--
+		s.f.mu.Unlock()
 	})
 }
 

@@ -105,6 +105,17 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 	// machine. A fake's limit, not the replicas': make it roomier.
 	watch.DefaultChanSize = 10000
 	objs := fake.NewSimpleClientset() //nolint:staticcheck // the field-managed fake costs a REST mapper per write
+	// The replicas' ListerWatchers: clients of one fake API server that
+	// answers the shard selector (or ignores it, with -client-filter).
+	deploymentsServer := fakeshards.NewServer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return objs.AppsV1().Deployments(namespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return objs.AppsV1().Deployments(namespace).Watch(ctx, o)
+		},
+	}, serverFilter)
+	defer deploymentsServer.Close()
 	for i := range deployments {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{
 			Namespace: namespace, Name: fmt.Sprintf("web-%03d", i), Generation: 1,
@@ -125,14 +136,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 
 	start := func(name string) (*replica, error) {
 		rctx, cancel := context.WithCancel(ctx)
-		lw := fakeshards.New(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return objs.AppsV1().Deployments(namespace).List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return objs.AppsV1().Deployments(namespace).Watch(ctx, o)
-			},
-		}, serverFilter)
+		lw := deploymentsServer.Client()
 		q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 		cfg := timing
 		cfg.Client = leases.Clientset(name)
