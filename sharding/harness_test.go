@@ -160,23 +160,30 @@ func (t *tracker) violationList() []string {
 // Lease store (with resourceVersion conflicts), one shared object store
 // that each replica watches through its own informer.
 type ring struct {
-	t       *testing.T
-	shards  int
-	leases  *fakeleases.Store
-	objs    *fake.Clientset
-	tr      *tracker
-	rng     *rand.Rand
-	names   []string
-	timing  sharding.Config // only the timing fields are used
-	retDly  time.Duration   // how long a handler takes to return once cancelled
-	block   bool            // handlers work until cancelled
-	workers int             // per replica; 0 means the constant workers
+	t      *testing.T
+	shards int
+	leases *fakeleases.Store
+	objs   *fake.Clientset
+	// shardSrv serves the Deployments to every replica (a client each),
+	// as one API server: see fakeshards.
+	shardSrv *fakeshards.Server
+	tr       *tracker
+	rng      *rand.Rand
+	names    []string
+	timing   sharding.Config // only the timing fields are used
+	retDly   time.Duration   // how long a handler takes to return once cancelled
+	block    bool            // handlers work until cancelled
+	workers  int             // per replica; 0 means the constant workers
 	// clientFilter makes the replicas' ListerWatchers ignore the shard
 	// selector, as a server with the ShardedListAndWatch gate off does.
 	clientFilter bool
 	// hold, if not nil, is called with each replica's ListerWatcher
 	// before the replica starts (to hold back LISTs).
 	hold func(id string, lw *fakeshards.ListerWatcher)
+	// config, if not nil, edits each replica's Config before New;
+	// created, if not nil, is called with each replica before it runs.
+	config  func(id string, cfg *sharding.Config)
+	created func(id string, r *sharding.Replica)
 	// react, if not nil, is called with each replica's clientset before
 	// the replica starts, to prepend reactors (faults) to its Lease
 	// requests; they run before the store's, under the clientset's lock.
@@ -260,6 +267,12 @@ func newRing(t *testing.T, shards, objects int) *ring {
 		rg.names = append(rg.names, name)
 		rg.tr.wrote(objectsNS+"/"+name, 1)
 	}
+	// Start the fake server's cache now, so that a test measuring the
+	// replicas' heap from here counts only theirs.
+	rg.shardSrv = fakeshards.NewServer(deploymentsLW(rg.objs), true)
+	if _, err := rg.shardSrv.Client().List(metav1.ListOptions{Limit: 1}); err != nil {
+		t.Fatalf("starting the fake server: %v", err)
+	}
 	return rg
 }
 
@@ -284,7 +297,8 @@ func (rg *ring) start(kill bool) string {
 	rg.seq++
 	rg.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	lw := fakeshards.New(deploymentsLW(rg.objs), !rg.clientFilter)
+	rg.shardSrv.SetHonour(!rg.clientFilter)
+	lw := rg.shardSrv.Client()
 	if rg.hold != nil {
 		rg.hold(id, lw)
 	}
@@ -303,9 +317,15 @@ func (rg *ring) start(kill bool) string {
 	cfg.ListerWatcher = lw
 	cfg.Queue = q
 	cfg.SkipRelease = kill
+	if rg.config != nil {
+		rg.config(id, &cfg)
+	}
 	r, err := sharding.New(cfg)
 	if err != nil {
 		rg.t.Fatalf("sharding.New: %v", err)
+	}
+	if rg.created != nil {
+		rg.created(id, r)
 	}
 	inf := r.Informer()
 	m := &member{id: id, r: r, lw: lw, q: q, cancel: cancel, done: make(chan struct{}), killed: kill}
@@ -359,6 +379,7 @@ func (rg *ring) stop(id string) {
 	rg.mu.Unlock()
 	m.cancel()
 	<-m.done
+	m.lw.Close()
 	// A handler that takes longer than GracePeriod + RenewDeadline to
 	// return makes a graceful leave give up, as documented.
 	if m.leaveEr != nil && rg.retDly < gracePeriod+renewDeadline {

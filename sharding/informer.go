@@ -149,6 +149,10 @@ type informer struct {
 	stopped bool           // Run has returned
 	lastRV  string
 	errFn   cache.WatchErrorHandlerWithContext
+	// merged (tests only, to measure the alternative): with the server
+	// filtering, one loop for every held shard, its ranges merged into
+	// one selector, restarted whenever the held shards change.
+	merged bool
 }
 
 // clientLoop keys the one loop of client mode in informer.loops.
@@ -159,18 +163,23 @@ const clientLoop = -1
 type loop struct {
 	shard  int // or clientLoop
 	cancel context.CancelFunc
+	// sel is the selector of the merged loop (tests only), and target
+	// the shards it was started for.
+	sel    string
+	target []bool
 }
 
+// registration is a handler as registered. The objects already in the
+// store are replayed to it as AddEventHandler registers it, so it has
+// synced when the informer has.
 type registration struct {
-	h      cache.ResourceEventHandler
-	synced bool // the initial list of held shards was replayed to it
+	inf *informer
+	h   cache.ResourceEventHandler
 }
 
-func (g *registration) HasSynced() bool { return g.synced }
+func (g *registration) HasSynced() bool { return g.inf.HasSynced() }
 
-func (g *registration) HasSyncedChecker() cache.DoneChecker {
-	return doneChecker{g.HasSynced, "handler"}
-}
+func (g *registration) HasSyncedChecker() cache.DoneChecker { return g.inf.HasSyncedChecker() }
 
 func newInformer(r *Replica, lw cache.ListerWatcher, obj runtime.Object, indexers cache.Indexers, primary bool) *informer {
 	inf := &informer{
@@ -218,7 +227,10 @@ func (inf *informer) Run(stopCh <-chan struct{}) {
 func (inf *informer) RunWithContext(ctx context.Context) {
 	inf.mu.Lock()
 	if inf.running {
+		// Run once; a second caller waits like the first (a cache
+		// that gets this informer twice treats Run's return as a stop).
 		inf.mu.Unlock()
+		<-ctx.Done()
 		return
 	}
 	inf.running = true
@@ -242,14 +254,17 @@ func (inf *informer) RunWithContext(ctx context.Context) {
 }
 
 // probe decides the mode: a LIST of at most one object with a selector
-// that matches everything tells whether the server echoes ShardInfo. It
+// that matches everything (one range, [0, 2^64)) tells whether the server
+// echoes ShardInfo. It
 // retries until it has an answer or ctx ends, then starts the loops of the
 // shards held by then.
 func (inf *informer) probe(ctx context.Context) {
 	sel := Selector(inf.r.field, 1, []int{0}).String()
 	backoff := minBackoff
 	for {
-		list, err := inf.lw.ListWithContext(ctx, metav1.ListOptions{ShardSelector: sel, Limit: 1, ResourceVersion: "0"})
+		// A consistent read: resourceVersion "0" would be served from
+		// the watch cache, which ignores the limit on some versions.
+		list, err := inf.lw.ListWithContext(ctx, metav1.ListOptions{ShardSelector: sel, Limit: 1})
 		if err == nil {
 			mode := FilterClient
 			if _, ok := shardInfoOf(list); ok {
@@ -322,7 +337,7 @@ func (inf *informer) follow() {
 	if inf.ctx == nil || inf.ctx.Err() != nil {
 		return
 	}
-	if inf.mode == FilterServer {
+	if inf.mode == FilterServer && !inf.merged {
 		for s, l := range inf.loops {
 			if s == clientLoop || !inf.target[s] {
 				l.cancel()
@@ -354,7 +369,7 @@ func (inf *informer) follow() {
 	case !any && ok:
 		l.cancel()
 		delete(inf.loops, clientLoop)
-	case need:
+	case need, inf.merged && inf.mode == FilterServer && ok && !slices.Equal(l.target, inf.target):
 		if ok {
 			l.cancel()
 		}
@@ -366,6 +381,15 @@ func (inf *informer) follow() {
 func (inf *informer) start(s int) {
 	ctx, cancel := context.WithCancel(inf.ctx)
 	l := &loop{shard: s, cancel: cancel}
+	if s == clientLoop && inf.merged && inf.mode == FilterServer {
+		var held []int
+		for i, want := range inf.target {
+			if want {
+				held = append(held, i)
+			}
+		}
+		l.sel, l.target = Selector(inf.r.field, inf.r.shards, held).String(), slices.Clone(inf.target)
+	}
 	inf.loops[s] = l
 	inf.wg.Go(func() { inf.listWatch(ctx, l) })
 }
@@ -385,7 +409,7 @@ func (inf *informer) keeps(l *loop, s int) bool {
 // listing again only when the server says that version is too old or a
 // request fails.
 func (inf *informer) listWatch(ctx context.Context, l *loop) {
-	sel := ""
+	sel := l.sel
 	if l.shard != clientLoop {
 		sel = Selector(inf.r.field, inf.r.shards, []int{l.shard}).String()
 	}
@@ -415,7 +439,7 @@ func (inf *informer) listWatch(ctx context.Context, l *loop) {
 		backoff = minBackoff
 		for ctx.Err() == nil {
 			var relist bool
-			rv, relist = inf.watch(ctx, l, sel, rv)
+			rv, relist = inf.watch(ctx, l, sel, rv, &backoff)
 			if relist {
 				break
 			}
@@ -424,16 +448,24 @@ func (inf *informer) listWatch(ctx context.Context, l *loop) {
 }
 
 // watch watches from rv until the watch ends, and returns the last
-// resourceVersion seen and whether the loop must list again.
-func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string) (string, bool) {
+// resourceVersion seen and whether the loop must list again: only when
+// the server says rv is too old (or too new), since a LIST of a shard is
+// what a move costs and a watch resumes without one. Other failures are
+// retried after *backoff, which doubles up to maxBackoff and is reset by
+// an event.
+func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string, backoff *time.Duration) (string, bool) {
 	timeout := int64(300 + rand.IntN(300)) // as client-go: 5 to 10 minutes, so stuck watches end
 	w, err := inf.lw.WatchWithContext(ctx, metav1.ListOptions{
 		ShardSelector: sel, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout,
 	})
 	if err != nil {
 		inf.watchError(ctx, err)
-		sleepCtx(ctx, minBackoff)
-		return rv, true
+		if mustRelist(err) {
+			return rv, true
+		}
+		sleepCtx(ctx, *backoff)
+		*backoff = min(2**backoff, maxBackoff)
+		return rv, false
 	}
 	defer w.Stop()
 	for {
@@ -448,10 +480,12 @@ func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string) (string
 			case watch.Error:
 				err := apierrors.FromObject(ev.Object)
 				inf.watchError(ctx, err)
-				if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
-					sleepCtx(ctx, minBackoff)
+				if mustRelist(err) {
+					return rv, true
 				}
-				return rv, true
+				sleepCtx(ctx, *backoff)
+				*backoff = min(2**backoff, maxBackoff)
+				return rv, false
 			case watch.Bookmark:
 				if m, err := meta.Accessor(ev.Object); err == nil {
 					rv = m.GetResourceVersion()
@@ -460,6 +494,7 @@ func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string) (string
 				if next := inf.apply(l, ev.Type, ev.Object); next != "" {
 					rv = next
 				}
+				*backoff = minBackoff
 			}
 		}
 	}
@@ -497,7 +532,7 @@ func (inf *informer) replace(l *loop, list runtime.Object) (string, error) {
 			for _, h := range inf.handlers {
 				h.h.OnAdd(obj, !inf.synced[s])
 			}
-		case resourceVersion(old) != resourceVersion(obj):
+		case resourceVersion(old) == "" || resourceVersion(old) != resourceVersion(obj):
 			_ = inf.indexer.Update(obj)
 			for _, h := range inf.handlers {
 				h.h.OnUpdate(old, obj)
@@ -668,11 +703,10 @@ func (inf *informer) AddEventHandler(h cache.ResourceEventHandler) (cache.Resour
 	if inf.stopped {
 		return nil, fmt.Errorf("sharding: %s: handler added to a stopped informer", inf.name)
 	}
-	g := &registration{h: h}
+	g := &registration{inf: inf, h: h}
 	for _, obj := range inf.indexer.List() {
 		h.OnAdd(obj, true)
 	}
-	g.synced = true
 	inf.handlers = append(inf.handlers, g)
 	return g, nil
 }
@@ -728,7 +762,7 @@ func (inf *informer) HasSynced() bool {
 
 // HasSyncedChecker returns HasSynced as a cache.DoneChecker.
 func (inf *informer) HasSyncedChecker() cache.DoneChecker {
-	return doneChecker{inf.HasSynced, inf.name}
+	return doneChecker{inf.HasSynced, inf.IsStopped, inf.name}
 }
 
 // LastSyncResourceVersion returns the resourceVersion of the last change
@@ -784,10 +818,11 @@ func (c informerController) HasSyncedChecker() cache.DoneChecker { return c.inf.
 func (c informerController) LastSyncResourceVersion() string     { return c.inf.LastSyncResourceVersion() }
 
 // doneChecker polls a HasSynced function; its channel closes once it
-// returns true. The poll is every 100ms, as client-go's WaitForCacheSync.
+// returns true. The poll is every 100ms, as client-go's WaitForCacheSync;
+// it ends without closing the channel once stopped returns true.
 type doneChecker struct {
-	synced func() bool
-	name   string
+	synced, stopped func() bool
+	name            string
 }
 
 func (d doneChecker) Name() string { return d.name }
@@ -796,11 +831,21 @@ func (d doneChecker) Done() <-chan struct{} {
 	ch := make(chan struct{})
 	go func() {
 		for !d.synced() {
+			if d.stopped() {
+				return
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		close(ch)
 	}()
 	return ch
+}
+
+// mustRelist reports whether a watch error means the resourceVersion it
+// started from cannot be watched from: it is compacted away (410), or
+// ahead of the server (after a restore).
+func mustRelist(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
 
 // shardInfoOf returns the selector a LIST answer says it was filtered by.

@@ -459,9 +459,14 @@ func (r *Replica) sync() {
 	}
 	infs, gen := slices.Clone(r.informers), r.infGen
 	r.mu.Unlock()
+	// Nothing is filled until the primary informer runs: before that
+	// (controller-runtime has not started it yet), the cache lacks every
+	// shard.
 	filled := make([]bool, r.shards)
-	for _, s := range held {
-		filled[s] = true
+	if slices.Contains(infs, r.primaryInformer()) {
+		for _, s := range held {
+			filled[s] = true
+		}
 	}
 	for _, inf := range infs {
 		inf.setShards(held)

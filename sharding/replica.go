@@ -457,6 +457,13 @@ func (r *Replica) Filtering() Filtering {
 	return inf.filtering()
 }
 
+// primaryInformer returns the primary informer, or nil.
+func (r *Replica) primaryInformer() *informer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.primary
+}
+
 // addInformer registers a sharded informer that starts running: until it
 // has synced a shard, the shard's keys are not admitted.
 func (r *Replica) addInformer(inf *informer) {
@@ -528,7 +535,7 @@ func (r *Replica) ShardOfObject(obj any) (int, bool) {
 	return ShardOf(Hash(v), r.shards), true
 }
 
-// shardOfKey finds key's shard from the informer's store, or, sharding by
+// shardOfKey finds key's shard from the primary informer's store, or, sharding by
 // namespace, from the key itself.
 func (r *Replica) shardOfKey(key string) (int, bool) {
 	r.mu.Lock()
@@ -557,12 +564,13 @@ func (r *Replica) admitsLocked(s int, now time.Time) bool {
 }
 
 // Handler wraps a controller's handler for workqueue.Run: it runs handle
-// for the keys of the shards the replica holds and returns nil at once for
-// any other key (its new holder enqueues it). The context handle gets is
+// for the keys of the shards the replica admits (holds, and has synced in
+// every running sharded informer) and returns nil at once for any other
+// key (its holder enqueues it). The context handle gets is
 // also cancelled when the key's shard is lost (ErrLeaseLost) or was given
 // up and its GracePeriod ended (ErrGraceOver); context.Cause tells which.
 //
-// A key's shard is that of its object in the informer's store; for an
+// A key's shard is that of its object in the primary informer's store; for an
 // object deleted since, the one it had at its delete event. A key whose
 // shard cannot be found (not in the store, no delete event seen) is not run.
 func (r *Replica) Handler(handle func(ctx context.Context, key string) error) func(context.Context, string) error {

@@ -40,8 +40,8 @@ func TestStartTogether(t *testing.T) {
 				took2 := rg.quiet()
 				rg.checkExclusive()
 				perReplica := (heapInUse() - heap0) / uint64(sz.replicas)
-				t.Logf("FIGURES start: balanced after %v; quiet ring: %.2f Lease writes/s (%d replicas / RetryPeriod %v = %.2f), last renewals spread over %v; 200 updates reconciled in %v (last after quiet start %v); %d runs; heap per replica %d KiB (informer of %d objects, queue, sharding state)",
-					settle, wps, sz.replicas, retryPeriod, float64(sz.replicas)/retryPeriod.Seconds(), spread, took2, took, rg.tr.runs, perReplica>>10, objects)
+				t.Logf("FIGURES start: balanced after %v; quiet ring: %.2f Lease writes/s (%d replicas / RetryPeriod %v = %.2f), last renewals spread over %v; 200 updates reconciled in %v (last after quiet start %v); %d runs; heap per replica %d KiB (sharded cache of %d/%d objects, queue, sharding state)",
+					settle, wps, sz.replicas, retryPeriod, float64(sz.replicas)/retryPeriod.Seconds(), spread, took2, took, rg.tr.runs, perReplica>>10, objects, sz.replicas)
 			})
 		})
 	}

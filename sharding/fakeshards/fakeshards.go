@@ -7,9 +7,18 @@
 // ShardedListAndWatch gate on; with Honour unset, the selector is ignored,
 // as with the gate off.
 //
-// It also counts requests (LISTs per selector, watches open) and can hold
-// back the LISTs of a selector, to test what a replica does while a shard
-// is being filled.
+// It serves LISTs and watches from a small watch cache of its own, fed by
+// one watch of the wrapped ListerWatcher: client-go's fake clientset
+// stamps no resourceVersion on objects, and each of its watches is a
+// channel of 100 events that panics when full. The cache stamps every
+// change with its own resourceVersion, so a LIST followed by a watch from
+// its resourceVersion misses nothing, a watch resumes from the last
+// version it saw, and a version older than the cache's start is answered
+// 410 Gone, as by the API server.
+//
+// It also counts requests (LISTs per selector, objects listed, watches,
+// events sent) and can hold back the LISTs of a selector, to test what a
+// replica does while a shard is being filled.
 package fakeshards
 
 import (
@@ -23,6 +32,7 @@ import (
 	"sync"
 
 	"github.com/go-coalesce/workqueue/sharding"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,43 +42,77 @@ import (
 
 // ListerWatcher is a cache.ListerWatcher that answers ShardSelector (see
 // the package doc). Its methods are safe for concurrent use.
-type ListerWatcher struct {
-	inner   cache.ListerWatcherWithContext
-	startMu sync.Mutex // serializes starting and stopping the shared watch
+// Server is the fake API server's side: a watch cache of the wrapped
+// ListerWatcher's objects, shared by its clients (one per replica, as
+// replicas share one API server, so that a replica's heap holds only its
+// own cache). Its methods are safe for concurrent use.
+type Server struct {
+	inner cache.ListerWatcherWithContext
+	// startMu serializes starting and stopping the shared watch.
+	startMu sync.Mutex
 
 	mu sync.Mutex // protects the fields below
 	// honour: the selector is applied and echoed.
-	honour  bool
+	honour bool
+	// The cache: shared is the one watch of the wrapped ListerWatcher
+	// (nil when stopped), read by a goroutine that closes readerDone
+	// when it ends. objs are the objects, each a copy stamped with the
+	// resourceVersion of its last change; log holds every change since
+	// the cache started at version base; rv is the newest version.
+	shared     watch.Interface
+	readerDone chan struct{}
+	template   runtime.Object // an empty list of the wrapped type
+	objs       map[string]runtime.Object
+	log        []watch.Event
+	base, rv   int64
+	subs       []*subscriber
+}
+
+// ListerWatcher is one client of a Server: a cache.ListerWatcher with its
+// own counters and held-back selectors. Its methods are safe for
+// concurrent use.
+type ListerWatcher struct {
+	srv *Server
+
+	mu      sync.Mutex     // protects the fields below
 	lists   map[string]int // full LISTs (no Limit) by selector
+	listed  int            // objects returned by full LISTs
+	sent    int            // watch events sent (after the initial objects)
 	probes  int            // LISTs with a Limit
 	watches int            // watches started
 	open    int            // watches not stopped yet
 	held    map[string]chan struct{}
-	// shared is the one watch of the wrapped ListerWatcher, read into
-	// subs by a goroutine that closes readerDone when it ends. It is
-	// started and stopped under startMu.
-	shared     watch.Interface
-	readerDone chan struct{}
-	subs       []*subscriber
 }
 
-// New wraps lw; honour says whether selectors are applied.
-func New(lw cache.ListerWatcher, honour bool) *ListerWatcher {
-	return &ListerWatcher{
-		inner:  cache.ToListerWatcherWithContext(lw),
-		honour: honour,
-		lists:  make(map[string]int),
-		held:   make(map[string]chan struct{}),
-	}
+// NewServer serves lw; honour says whether selectors are applied. Call
+// Close when done with it.
+func NewServer(lw cache.ListerWatcher, honour bool) *Server {
+	return &Server{inner: cache.ToListerWatcherWithContext(lw), honour: honour}
 }
+
+// Client returns a new client of the server.
+func (srv *Server) Client() *ListerWatcher {
+	return &ListerWatcher{srv: srv, lists: make(map[string]int), held: make(map[string]chan struct{})}
+}
+
+// New returns the one client of a new Server on lw (see NewServer).
+func New(lw cache.ListerWatcher, honour bool) *ListerWatcher {
+	return NewServer(lw, honour).Client()
+}
+
+// Server returns the client's server.
+func (f *ListerWatcher) Server() *Server { return f.srv }
 
 // SetHonour switches between the modes, as a server restarted with the
 // gate flipped would.
-func (f *ListerWatcher) SetHonour(honour bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.honour = honour
+func (srv *Server) SetHonour(honour bool) {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	srv.honour = honour
 }
+
+// SetHonour is f.Server().SetHonour.
+func (f *ListerWatcher) SetHonour(honour bool) { f.srv.SetHonour(honour) }
 
 // Lists returns the number of full LISTs (without a Limit) made with
 // selector ("" for unsharded LISTs).
@@ -89,6 +133,29 @@ func (f *ListerWatcher) TotalLists() int {
 	return n
 }
 
+// Listed returns the number of objects the full LISTs returned, in all.
+func (f *ListerWatcher) Listed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listed
+}
+
+// Sent returns the number of watch events sent (not counting the objects
+// a watch from no resourceVersion starts with).
+func (f *ListerWatcher) Sent() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sent
+}
+
+// Reset sets every counter to zero.
+func (f *ListerWatcher) Reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.lists)
+	f.listed, f.sent, f.probes, f.watches = 0, 0, 0, 0
+}
+
 // Probes returns the number of LISTs made with a Limit.
 func (f *ListerWatcher) Probes() int {
 	f.mu.Lock()
@@ -103,8 +170,8 @@ func (f *ListerWatcher) Watches() (started, open int) {
 	return f.watches, f.open
 }
 
-// Hold makes full LISTs with selector wait until the returned function
-// is called (or their context ends).
+// Hold makes this client's full LISTs with selector wait until the
+// returned function is called (or their context ends).
 func (f *ListerWatcher) Hold(selector string) (release func()) {
 	ch := make(chan struct{})
 	f.mu.Lock()
@@ -123,6 +190,67 @@ func (f *ListerWatcher) Hold(selector string) (release func()) {
 	}
 }
 
+// EndWatches ends every open watch of every client (its channel is
+// closed), as an API server does when a watch times out: clients watch
+// again from the last resourceVersion they saw, without listing.
+func (srv *Server) EndWatches() {
+	srv.mu.Lock()
+	subs := slices.Clone(srv.subs)
+	srv.mu.Unlock()
+	for _, s := range subs {
+		s.end()
+	}
+}
+
+// EndWatches ends this client's open watches (see Server.EndWatches).
+func (f *ListerWatcher) EndWatches() {
+	f.srv.mu.Lock()
+	var subs []*subscriber
+	for _, s := range f.srv.subs {
+		if s.f == f {
+			subs = append(subs, s)
+		}
+	}
+	f.srv.mu.Unlock()
+	for _, s := range subs {
+		s.end()
+	}
+}
+
+// Close ends every watch and stops the cache; a later request starts it
+// again, with versions from before answered 410 Gone.
+func (srv *Server) Close() {
+	srv.mu.Lock()
+	subs := slices.Clone(srv.subs)
+	srv.mu.Unlock()
+	for _, s := range subs {
+		s.Stop()
+	}
+	srv.stopShared()
+}
+
+// Close ends this client's watches, and stops the server if no other
+// client has a watch open.
+func (f *ListerWatcher) Close() {
+	f.srv.mu.Lock()
+	var mine []*subscriber
+	others := false
+	for _, s := range f.srv.subs {
+		if s.f == f {
+			mine = append(mine, s)
+		} else {
+			others = true
+		}
+	}
+	f.srv.mu.Unlock()
+	for _, s := range mine {
+		s.Stop()
+	}
+	if !others {
+		f.srv.stopShared()
+	}
+}
+
 // List implements cache.Lister.
 func (f *ListerWatcher) List(opts metav1.ListOptions) (runtime.Object, error) {
 	return f.ListWithContext(context.Background(), opts)
@@ -133,12 +261,11 @@ func (f *ListerWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) 
 	return f.WatchWithContext(context.Background(), opts)
 }
 
-// ListWithContext lists through the wrapped ListerWatcher, without the
-// selector, and applies the selector when honoured.
+// ListWithContext lists from the server's cache, applying the selector
+// when honoured (and echoing it in ListMeta.ShardInfo) and the Limit.
 func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	sel := opts.ShardSelector
 	f.mu.Lock()
-	honour := f.honour
 	hold := f.held[sel]
 	if opts.Limit > 0 {
 		f.probes++
@@ -153,162 +280,253 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 			return nil, ctx.Err()
 		}
 	}
-	inner := opts
-	inner.ShardSelector = ""
-	list, err := f.inner.ListWithContext(ctx, inner)
-	if err != nil || !honour || sel == "" {
-		return list, err
+	srv := f.srv
+	if err := srv.start(ctx); err != nil {
+		return nil, err
 	}
-	match, err := Parse(sel)
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.template == nil {
+		return nil, fmt.Errorf("fakeshards: the cache stopped")
+	}
+	match, err := srv.matcher(sel)
 	if err != nil {
 		return nil, err
 	}
-	items, err := meta.ExtractList(list)
-	if err != nil {
-		return nil, err
+	keys := make([]string, 0, len(srv.objs))
+	for k := range srv.objs {
+		keys = append(keys, k)
 	}
-	var kept []runtime.Object
-	for _, it := range items {
-		if match(it) {
-			kept = append(kept, it)
+	slices.Sort(keys)
+	var items []runtime.Object
+	for _, k := range keys {
+		if o := srv.objs[k]; match(o) {
+			items = append(items, o)
+			if opts.Limit > 0 && int64(len(items)) == opts.Limit {
+				break
+			}
 		}
 	}
-	if err := meta.SetList(list, kept); err != nil {
+	list := srv.template.DeepCopyObject()
+	if err := meta.SetList(list, items); err != nil {
 		return nil, err
 	}
 	lm, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, err
 	}
-	s, ok := lm.(metav1.ShardedListInterface)
-	if !ok {
-		return nil, fmt.Errorf("fakeshards: %T has no ShardInfo", list)
+	lm.SetResourceVersion(strconv.FormatInt(srv.rv, 10))
+	if srv.honour && sel != "" {
+		s, ok := lm.(metav1.ShardedListInterface)
+		if !ok {
+			return nil, fmt.Errorf("fakeshards: %T has no ShardInfo", list)
+		}
+		s.SetShardInfo(&metav1.ShardInfo{Selector: sel})
 	}
-	s.SetShardInfo(&metav1.ShardInfo{Selector: sel})
+	if opts.Limit == 0 {
+		f.mu.Lock()
+		f.listed += len(items)
+		f.mu.Unlock()
+	}
 	return list, nil
 }
 
-// WatchWithContext starts a watch of the objects in the selector's ranges
-// when honoured, of all objects otherwise.
-//
-// Two limits of client-go's fake clientset shape it: the fake stamps no
-// resourceVersion on objects (a watch cannot resume from one), and each of
-// its watches is a channel of 100 events that panics when full, filled by
-// the writer under the fake's lock. So the ListerWatcher keeps one watch
-// of the wrapped ListerWatcher (started at the newest version: no replay),
-// read at once into an unbounded buffer per watch it serves; a new watch
-// first gets every current object of its range as a Modified event (read
-// by a LIST once it is registered), then the changes. Nothing made between
-// a LIST and a watch is missed, and the last event of each object is its
-// newest state.
-func (f *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	sel := opts.ShardSelector
-	f.mu.Lock()
-	honour := f.honour
-	f.mu.Unlock()
-	match := func(runtime.Object) bool { return true }
-	if honour && sel != "" {
-		m, err := Parse(sel)
-		if err != nil {
-			return nil, err
-		}
-		match = m
+// matcher returns the filter of sel: everything unless honoured. f.mu
+// must be held.
+func (f *Server) matcher(sel string) (func(runtime.Object) bool, error) {
+	if !f.honour || sel == "" {
+		return func(runtime.Object) bool { return true }, nil
 	}
-	sub := &subscriber{f: f, match: match, out: make(chan watch.Event), done: make(chan struct{}), more: make(chan struct{}, 1)}
-	if err := f.subscribe(ctx, sub, opts); err != nil {
-		return nil, err
-	}
-	list, err := f.inner.ListWithContext(ctx, metav1.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector})
-	if err == nil {
-		var items []runtime.Object
-		items, err = meta.ExtractList(list)
-		var first []watch.Event
-		for _, it := range items {
-			first = append(first, watch.Event{Type: watch.Modified, Object: it})
-		}
-		f.mu.Lock()
-		sub.buf = append(first, sub.buf...)
-		f.mu.Unlock()
-	}
-	if err != nil {
-		sub.Stop()
-		return nil, err
-	}
-	go sub.run()
-	return sub, nil
+	return Parse(sel)
 }
 
-// subscribe registers sub, starting the shared watch if it is the first.
-// The wrapped Watch is called without f.mu held: the reader needs f.mu to
-// drain the fake's channel, and the fake's writers fill it meanwhile.
-func (f *ListerWatcher) subscribe(ctx context.Context, sub *subscriber, opts metav1.ListOptions) error {
+// start starts the cache if it is stopped: the shared watch first (from
+// the newest version: no replay), then a LIST. The LIST is taken and
+// loaded with f.mu held, so the reader applies the changes it saw after
+// the load, in order: the last one of each object is its newest state.
+func (f *Server) start(ctx context.Context) error {
 	f.startMu.Lock()
 	defer f.startMu.Unlock()
 	f.mu.Lock()
 	running := f.shared != nil
 	f.mu.Unlock()
-	if !running {
-		inner := metav1.ListOptions{
-			LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector,
-			ResourceVersion: strconv.FormatInt(math.MaxInt64, 10),
-		}
-		w, err := f.inner.WatchWithContext(context.WithoutCancel(ctx), inner)
-		if err != nil {
-			return err
-		}
-		done := make(chan struct{})
-		f.mu.Lock()
-		f.shared, f.readerDone = w, done
-		f.mu.Unlock()
-		go f.read(w, done)
+	if running {
+		return nil
+	}
+	w, err := f.inner.WatchWithContext(context.WithoutCancel(ctx), metav1.ListOptions{ResourceVersion: strconv.FormatInt(math.MaxInt64, 10)})
+	if err != nil {
+		return err
 	}
 	f.mu.Lock()
-	f.subs = append(f.subs, sub)
-	f.watches++
-	f.open++
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	list, err := f.inner.ListWithContext(context.WithoutCancel(ctx), metav1.ListOptions{})
+	if err != nil {
+		w.Stop()
+		return err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		w.Stop()
+		return err
+	}
+	if err := meta.SetList(list, nil); err != nil {
+		w.Stop()
+		return err
+	}
+	f.template = list
+	// A new version range: watches from before it get 410 Gone.
+	f.rv++
+	f.base = f.rv
+	f.log = nil
+	f.objs = make(map[string]runtime.Object, len(items))
+	for _, it := range items {
+		f.stampLocked(it)
+		k, _ := cache.MetaNamespaceKeyFunc(it)
+		f.objs[k] = it
+	}
+	done := make(chan struct{})
+	f.shared, f.readerDone = w, done
+	go f.read(w, done)
 	return nil
 }
 
-// read copies the shared watch's events into every subscriber's buffer.
-// It takes what the channel holds at once and f.mu once per batch, so that
-// it keeps up with the fake's writers, which panic when the channel holds
-// 100 events.
-func (f *ListerWatcher) read(w watch.Interface, done chan struct{}) {
+// stampLocked gives obj the next resourceVersion. f.mu must be held.
+func (f *Server) stampLocked(obj runtime.Object) {
+	f.rv++
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetResourceVersion(strconv.FormatInt(f.rv, 10))
+	}
+}
+
+// stopShared stops the cache.
+func (f *Server) stopShared() {
+	f.startMu.Lock()
+	defer f.startMu.Unlock()
+	f.mu.Lock()
+	w, done := f.shared, f.readerDone
+	f.shared, f.readerDone, f.template, f.objs, f.log = nil, nil, nil, nil, nil
+	f.mu.Unlock()
+	if w != nil {
+		w.Stop()
+		<-done
+	}
+}
+
+// read applies the shared watch's changes to the cache and hands them to
+// every watch.
+func (f *Server) read(w watch.Interface, done chan struct{}) {
 	defer close(done)
-	ch := w.ResultChan()
-	for ev := range ch {
-		batch := []watch.Event{ev}
-	more:
-		for {
-			select {
-			case ev, ok := <-ch:
-				if !ok {
-					break more
-				}
-				batch = append(batch, ev)
-			default:
-				break more
-			}
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+		default:
+			continue
+		}
+		k, err := cache.MetaNamespaceKeyFunc(ev.Object)
+		if err != nil {
+			continue
 		}
 		f.mu.Lock()
+		if f.objs == nil {
+			f.mu.Unlock()
+			continue
+		}
+		obj := ev.Object.DeepCopyObject()
+		f.stampLocked(obj)
+		_, existed := f.objs[k]
+		switch {
+		case ev.Type == watch.Deleted:
+			if !existed {
+				f.mu.Unlock()
+				continue
+			}
+			delete(f.objs, k)
+		case existed:
+			ev.Type = watch.Modified
+			f.objs[k] = obj
+		default:
+			ev.Type = watch.Added
+			f.objs[k] = obj
+		}
+		ev.Object = obj
+		f.log = append(f.log, ev)
 		for _, s := range f.subs {
-			s.buf = append(s.buf, batch...)
+			s.buf = append(s.buf, ev)
 			s.signal()
 		}
 		f.mu.Unlock()
 	}
 }
 
-// subscriber is one watch served from the shared one.
+// WatchWithContext watches from opts.ResourceVersion (the changes after
+// it, from the cache's log; 410 Gone if it is older than the cache), or,
+// without one, from now with every current object as an Added event. It
+// drops the events of objects outside the selector when honoured.
+func (c *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	f := c.srv
+	if err := f.start(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.objs == nil {
+		return nil, fmt.Errorf("fakeshards: the cache stopped")
+	}
+	match, err := f.matcher(opts.ShardSelector)
+	if err != nil {
+		return nil, err
+	}
+	sub := &subscriber{f: c, srv: f, match: match, out: make(chan watch.Event), done: make(chan struct{}), ended: make(chan struct{}), more: make(chan struct{}, 1)}
+	if opts.ResourceVersion == "" {
+		for _, o := range f.objs {
+			sub.buf = append(sub.buf, watch.Event{Type: watch.Added, Object: o})
+		}
+		sub.initial = len(sub.buf)
+	} else {
+		from, err := strconv.ParseInt(opts.ResourceVersion, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("fakeshards: resourceVersion %q: %w", opts.ResourceVersion, err)
+		}
+		if from < f.base {
+			sub.buf = []watch.Event{{Type: watch.Error, Object: &apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", from, f.base)).ErrStatus}}
+		} else {
+			i, _ := slices.BinarySearchFunc(f.log, from, func(ev watch.Event, rv int64) int {
+				m, _ := meta.Accessor(ev.Object)
+				v, _ := strconv.ParseInt(m.GetResourceVersion(), 10, 64)
+				return int(v - rv)
+			})
+			for ; i < len(f.log); i++ {
+				m, _ := meta.Accessor(f.log[i].Object)
+				if v, _ := strconv.ParseInt(m.GetResourceVersion(), 10, 64); v > from {
+					sub.buf = append(sub.buf, f.log[i])
+				}
+			}
+		}
+	}
+	f.subs = append(f.subs, sub)
+	c.mu.Lock()
+	c.watches++
+	c.open++
+	c.mu.Unlock()
+	go sub.run()
+	return sub, nil
+}
+
+// subscriber is one watch served from the cache.
 type subscriber struct {
-	f     *ListerWatcher
+	f     *ListerWatcher // its client, for the counters
+	srv   *Server
 	match func(runtime.Object) bool
-	buf   []watch.Event // f.mu
-	out   chan watch.Event
-	done  chan struct{}
-	more  chan struct{}
-	once  sync.Once
+	buf   []watch.Event // srv.mu
+	// initial counts the current objects at the head of the stream, not
+	// counted as sent (set before run starts, then run's).
+	initial int
+	out     chan watch.Event
+	done    chan struct{} // closed by Stop
+	ended   chan struct{} // closed by end: the stream closes
+	more    chan struct{}
+	once    sync.Once
+	endOnce sync.Once
 }
 
 func (s *subscriber) signal() {
@@ -321,19 +539,25 @@ func (s *subscriber) signal() {
 func (s *subscriber) run() {
 	defer close(s.out)
 	for {
-		s.f.mu.Lock()
+		s.srv.mu.Lock()
 		batch := s.buf
 		s.buf = nil
-		s.f.mu.Unlock()
+		s.srv.mu.Unlock()
 		if len(batch) == 0 {
 			select {
 			case <-s.more:
 				continue
 			case <-s.done:
 				return
+			case <-s.ended:
+				return
 			}
 		}
 		for _, ev := range batch {
+			initial := s.initial > 0
+			if initial {
+				s.initial--
+			}
 			switch ev.Type {
 			case watch.Added, watch.Modified, watch.Deleted:
 				if !s.match(ev.Object) {
@@ -345,33 +569,34 @@ func (s *subscriber) run() {
 			case <-s.done:
 				return
 			}
+			if !initial {
+				s.f.mu.Lock()
+				s.f.sent++
+				s.f.mu.Unlock()
+			}
 		}
 	}
 }
 
 func (s *subscriber) ResultChan() <-chan watch.Event { return s.out }
 
-// Stop ends the watch; the last one stops the shared watch.
+// end closes the stream (the client sees the watch end) once the events
+// already buffered are out.
+func (s *subscriber) end() {
+	s.endOnce.Do(func() { close(s.ended) })
+	s.Stop()
+}
+
+// Stop ends the watch.
 func (s *subscriber) Stop() {
 	s.once.Do(func() {
 		close(s.done)
-		f := s.f
-		f.startMu.Lock()
-		defer f.startMu.Unlock()
-		f.mu.Lock()
-		f.subs = slices.DeleteFunc(f.subs, func(o *subscriber) bool { return o == s })
-		f.open--
-		var w watch.Interface
-		var done chan struct{}
-		if len(f.subs) == 0 && f.shared != nil {
-			w, done = f.shared, f.readerDone
-			f.shared, f.readerDone = nil, nil
-		}
-		f.mu.Unlock()
-		if w != nil {
-			w.Stop()
-			<-done
-		}
+		s.srv.mu.Lock()
+		s.srv.subs = slices.DeleteFunc(s.srv.subs, func(o *subscriber) bool { return o == s })
+		s.srv.mu.Unlock()
+		s.f.mu.Lock()
+		s.f.open--
+		s.f.mu.Unlock()
 	})
 }
 

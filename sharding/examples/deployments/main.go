@@ -90,6 +90,7 @@ type replica struct {
 	name   string
 	shard  *sharding.Replica
 	get    func(key string) (any, bool, error) // the informer's store
+	lw     *fakeshards.ListerWatcher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -104,6 +105,17 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 	// machine. A fake's limit, not the replicas': make it roomier.
 	watch.DefaultChanSize = 10000
 	objs := fake.NewSimpleClientset() //nolint:staticcheck // the field-managed fake costs a REST mapper per write
+	// The replicas' ListerWatchers: clients of one fake API server that
+	// answers the shard selector (or ignores it, with -client-filter).
+	deploymentsServer := fakeshards.NewServer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return objs.AppsV1().Deployments(namespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return objs.AppsV1().Deployments(namespace).Watch(ctx, o)
+		},
+	}, serverFilter)
+	defer deploymentsServer.Close()
 	for i := range deployments {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{
 			Namespace: namespace, Name: fmt.Sprintf("web-%03d", i), Generation: 1,
@@ -124,14 +136,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 
 	start := func(name string) (*replica, error) {
 		rctx, cancel := context.WithCancel(ctx)
-		lw := fakeshards.New(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return objs.AppsV1().Deployments(namespace).List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return objs.AppsV1().Deployments(namespace).Watch(ctx, o)
-			},
-		}, serverFilter)
+		lw := deploymentsServer.Client()
 		q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 		cfg := timing
 		cfg.Client = leases.Clientset(name)
@@ -145,7 +150,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 			return nil, err
 		}
 		inf := s.Informer() // holds only the Deployments of s's shards
-		rp := &replica{name: name, shard: s, get: inf.GetStore().GetByKey, cancel: cancel}
+		rp := &replica{name: name, shard: s, get: inf.GetStore().GetByKey, lw: lw, cancel: cancel}
 		reconcile := func(ctx context.Context, key string) error {
 			mu.Lock()
 			if other, ok := running[key]; ok {
@@ -174,6 +179,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 		for _, rp := range replicas {
 			rp.cancel()
 			rp.wg.Wait()
+			rp.lw.Close()
 		}
 	}()
 	for _, name := range replicaNames {
@@ -217,6 +223,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 	fmt.Fprintf(w, "\nkill %s (no release: its Leases are left to expire)\n", victim)
 	replicas[victim].cancel()
 	replicas[victim].wg.Wait()
+	replicas[victim].lw.Close()
 	delete(replicas, victim)
 
 	for i := range deployments {
@@ -251,6 +258,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 	for name, rp := range replicas {
 		rp.cancel()
 		rp.wg.Wait()
+		rp.lw.Close()
 		delete(replicas, name)
 	}
 	mu.Lock()
