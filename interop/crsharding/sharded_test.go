@@ -94,6 +94,7 @@ type simRing struct {
 	t      *testing.T
 	mode   sharding.Filtering // the fake server's: it honours ShardSelector or ignores it
 	objs   *fake.Clientset
+	server *fakeshards.Server // in front of objs: the API server, as the replicas see it
 	leases *fakeleases.Store
 
 	mu       sync.Mutex // protects the fields below
@@ -136,6 +137,20 @@ func newSimRing(t *testing.T, mode sharding.Filtering) *simRing {
 		_, err := h.objs.CoreV1().ConfigMaps(simNS).Create(t.Context(), cm, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
+	cms := h.objs.CoreV1().ConfigMaps(simNS)
+	h.server = fakeshards.NewServer(&toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return cms.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cms.Watch(ctx, o)
+		},
+	}, mode == sharding.FilterServer)
+	// Inside the bubble, before it ends; also when the test fails half-way.
+	t.Cleanup(func() {
+		h.stopAll()
+		h.server.Close()
+	})
 	return h
 }
 
@@ -154,16 +169,7 @@ func (h *simRing) start(id string) {
 		GracePeriod:   time.Second,
 	}})
 	require.NoError(t, err)
-	cms := h.objs.CoreV1().ConfigMaps(simNS)
-	lw := fakeshards.New(&toolscache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return cms.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return cms.Watch(ctx, o)
-		},
-	}, h.mode == sharding.FilterServer)
-	inf := sh.NewInformer(lw, &corev1.ConfigMap{}, 0, toolscache.Indexers{})
+	inf := sh.NewInformer(h.server.Client(), &corev1.ConfigMap{}, 0, toolscache.Indexers{})
 	rep := &simReplica{id: id, sh: sh, inf: inf, shDone: make(chan error, 1)}
 	rec := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		return h.reconcile(ctx, rep, req)
