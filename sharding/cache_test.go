@@ -316,6 +316,7 @@ func testMoveCache(t *testing.T, clientFilter bool) {
 		}
 		if len(keys) != want || foreign > 0 {
 			t.Errorf("%s holds shards %v and caches %d objects, %d of other shards; want the %d of its shards", m.id, held, len(keys), foreign, want)
+			t.Logf("%s: %s", m.id, sharding.DebugState(m.r))
 		}
 		g := gauges[m.id]
 		wantMode := map[bool]float64{false: 1, true: 0}[clientFilter]
