@@ -18,9 +18,12 @@ import (
 	workqueue "github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/sharding"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Timing of the rings below. Real time, since the API server is real:
@@ -147,13 +150,12 @@ type ring struct {
 // replica is one member of a ring: its own clients, informer, queue and
 // sharding.Replica, as a separate process would have.
 type replica struct {
-	id      string
-	r       *sharding.Replica
-	link    *link
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
-	runErr  atomic.Pointer[error] // sharding Run's error, if any
-	stopInf func()
+	id     string
+	r      *sharding.Replica
+	link   *link
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+	runErr atomic.Pointer[error] // sharding Run's error, if any
 }
 
 // newRing creates the ring's namespace and objects and starts changing
@@ -238,16 +240,14 @@ func (g *ring) joinWith(id string, crash bool, wrap func(http.RoundTripper) http
 	watchClient, err := kubernetes.NewForConfig(server.restConfig())
 	require.NoError(t, err)
 
-	factory := informers.NewSharedInformerFactoryWithOptions(watchClient, 0, informers.WithNamespace(g.ns))
-	informer := factory.Core().V1().ConfigMaps()
-	lister := informer.Lister()
 	q := workqueue.NewRateLimitingQueue(workqueue.NewItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second))
 	r, err := sharding.New(sharding.Config{
 		Client:        leaseClient,
 		Namespace:     g.ns,
 		Name:          g.name,
 		Identity:      id,
-		Informer:      informer.Informer(),
+		Object:        &corev1.ConfigMap{},
+		ListerWatcher: cache.NewListWatchFromClient(watchClient.CoreV1().RESTClient(), "configmaps", g.ns, fields.Everything()),
 		Queue:         q,
 		Shards:        g.spec.shards,
 		LeaseDuration: g.spec.leaseDuration,
@@ -257,11 +257,10 @@ func (g *ring) joinWith(id string, crash bool, wrap func(http.RoundTripper) http
 		SkipRelease:   crash,
 	})
 	require.NoError(t, err)
+	lister := corelisters.NewConfigMapLister(r.Informer().GetIndexer())
 
 	ctx, cancel := context.WithCancel(context.WithoutCancel(g.ctx))
 	rep := &replica{id: id, r: r, link: lnk, cancel: cancel}
-	factory.Start(ctx.Done())
-	rep.stopInf = factory.Shutdown
 	rep.done.Go(func() {
 		if err := r.Run(ctx); err != nil {
 			rep.runErr.Store(&err)
@@ -301,7 +300,6 @@ func (g *ring) leave(id string) {
 func (rep *replica) stop() {
 	rep.cancel()
 	rep.done.Wait()
-	rep.stopInf()
 }
 
 // stopAll stops every replica still running, then the churn.

@@ -8,17 +8,18 @@ import (
 	"github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/sharding"
 	"github.com/go-coalesce/workqueue/sharding/fakeleases"
-	"k8s.io/client-go/informers"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // TestNewValidates checks that New rejects what would break the ring and
 // fills in the defaults otherwise.
 func TestNewValidates(t *testing.T) {
 	cs := fakeleases.New().Clientset("a")
-	inf := informers.NewSharedInformerFactory(cs, 0).Apps().V1().Deployments().Informer()
 	q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 	ok := func() sharding.Config {
-		return sharding.Config{Client: cs, Namespace: "ns", Name: "ring", Identity: "a", Informer: inf, Queue: q}
+		return sharding.Config{Client: cs, Namespace: "ns", Name: "ring", Identity: "a", Object: &appsv1.Deployment{}, ListerWatcher: deploymentsLW(fake.NewSimpleClientset()), Queue: q}
 	}
 	if _, err := sharding.New(ok()); err != nil {
 		t.Fatalf("New with the required fields: %v", err)
@@ -27,7 +28,13 @@ func TestNewValidates(t *testing.T) {
 		edit func(*sharding.Config)
 		want string
 	}{
-		"no client":            {func(c *sharding.Config) { c.Client = nil }, "needs Client"},
+		"no client":           {func(c *sharding.Config) { c.Client = nil }, "needs Client"},
+		"no object":           {func(c *sharding.Config) { c.Object = nil }, "needs Client, Object and Queue"},
+		"sharded with by uid": {func(c *sharding.Config) { c.ShardedWith = []runtime.Object{&appsv1.ReplicaSet{}} }, "ShardedWith needs Field = FieldNamespace"},
+		"sharded with itself": {func(c *sharding.Config) {
+			c.Field = sharding.FieldNamespace
+			c.ShardedWith = []runtime.Object{&appsv1.Deployment{}}
+		}, "Config.Object's type"},
 		"no identity":          {func(c *sharding.Config) { c.Identity = "" }, "needs Namespace, Name and Identity"},
 		"bad identity":         {func(c *sharding.Config) { c.Identity = "A_b" }, "no Lease name"},
 		"shards not a power":   {func(c *sharding.Config) { c.Shards = 12 }, "power of two"},

@@ -15,13 +15,29 @@ import (
 	"github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/sharding"
 	"github.com/go-coalesce/workqueue/sharding/fakeleases"
+	"github.com/go-coalesce/workqueue/sharding/fakeshards"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
+
+// deploymentsLW lists and watches the Deployments of objectsNS in the
+// fake clientset (which ignores ShardSelector: fakeshards answers it).
+func deploymentsLW(objs *fake.Clientset) cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return objs.AppsV1().Deployments(objectsNS).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return objs.AppsV1().Deployments(objectsNS).Watch(ctx, o)
+		},
+	}
+}
 
 // Timing of the test rings: client-go's leader election defaults.
 const (
@@ -155,6 +171,14 @@ type ring struct {
 	retDly  time.Duration   // how long a handler takes to return once cancelled
 	block   bool            // handlers work until cancelled
 	workers int             // per replica; 0 means the constant workers
+	// clientFilter makes the replicas' ListerWatchers ignore the shard
+	// selector, as a server with the ShardedListAndWatch gate off does.
+	clientFilter bool
+	// hold, if not nil, is called with each replica's ListerWatcher
+	// before the replica starts (to hold back LISTs).
+	hold func(id string, lw *fakeshards.ListerWatcher)
+	// config, if not nil, edits each replica's Config before New.
+	config func(id string, cfg *sharding.Config)
 	// react, if not nil, is called with each replica's clientset before
 	// the replica starts, to prepend reactors (faults) to its Lease
 	// requests; they run before the store's, under the clientset's lock.
@@ -177,6 +201,7 @@ type ring struct {
 type member struct {
 	id      string
 	r       *sharding.Replica
+	lw      *fakeshards.ListerWatcher
 	q       *workqueue.RateLimitingQueue[string]
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -261,8 +286,10 @@ func (rg *ring) start(kill bool) string {
 	rg.seq++
 	rg.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := informers.NewSharedInformerFactory(rg.objs, 0)
-	inf := f.Apps().V1().Deployments().Informer()
+	lw := fakeshards.New(deploymentsLW(rg.objs), !rg.clientFilter)
+	if rg.hold != nil {
+		rg.hold(id, lw)
+	}
 	q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 	cfg := rg.timing
 	cs := rg.leases.Clientset(id)
@@ -274,14 +301,19 @@ func (rg *ring) start(kill bool) string {
 	cfg.Name = "ctl"
 	cfg.Identity = id
 	cfg.Shards = rg.shards
-	cfg.Informer = inf
+	cfg.Object = &appsv1.Deployment{}
+	cfg.ListerWatcher = lw
 	cfg.Queue = q
 	cfg.SkipRelease = kill
+	if rg.config != nil {
+		rg.config(id, &cfg)
+	}
 	r, err := sharding.New(cfg)
 	if err != nil {
 		rg.t.Fatalf("sharding.New: %v", err)
 	}
-	m := &member{id: id, r: r, q: q, cancel: cancel, done: make(chan struct{}), killed: kill}
+	inf := r.Informer()
+	m := &member{id: id, r: r, lw: lw, q: q, cancel: cancel, done: make(chan struct{}), killed: kill}
 	handle := func(ctx context.Context, key string) error {
 		rg.tr.enter(id, key)
 		defer rg.tr.exit(id, key)
@@ -307,7 +339,6 @@ func (rg *ring) start(kill bool) string {
 		return nil
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { inf.Run(ctx.Done()) })
 	wg.Go(func() { m.leaveEr = r.Run(ctx) })
 	nw := workers
 	if rg.workers > 0 {

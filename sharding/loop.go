@@ -433,53 +433,96 @@ func (r *Replica) progress(api context.Context) time.Time {
 	return wakeAt
 }
 
-// sync compares the active shards with those of the last call: it removes
-// the queued keys of the shards given up or lost, and enqueues every
-// object the informer holds of the shards gained, since their events went
-// to another replica. It then tells OnChange.
+// sync brings the queue and the sharded informers in line with the
+// shards held, in three steps:
+//
+//  1. The keys of the shards no longer admitted (given up, lost) leave
+//     the queue, while their objects are still in the informers (a
+//     draining shard keeps its objects until it is released).
+//  2. Every running sharded informer follows the held shards (active or
+//     draining): it drops the objects of the released ones, without
+//     events, and starts filling the gained ones.
+//  3. A held shard is filled once every running sharded informer has
+//     synced it; a shard that becomes admitted (active and filled) has
+//     all its objects enqueued, since their events went to another
+//     replica, or came before the shard was admitted.
+//
+// It then tells OnChange.
 func (r *Replica) sync() {
+	r.admitted()
+	r.mu.Lock()
+	var held []int
+	for i := range r.state {
+		if r.state[i].state != shardFree {
+			held = append(held, i)
+		}
+	}
+	infs, gen := slices.Clone(r.informers), r.infGen
+	r.mu.Unlock()
+	filled := make([]bool, r.shards)
+	for _, s := range held {
+		filled[s] = true
+	}
+	for _, inf := range infs {
+		inf.setShards(held)
+		for _, s := range held {
+			filled[s] = filled[s] && inf.hasSynced(s)
+		}
+	}
+	r.mu.Lock()
+	// An informer that started since infs was taken cleared filled; it
+	// is counted at the next sync (it poked the loop).
+	if r.infGen == gen {
+		copy(r.filled, filled)
+	}
+	r.mu.Unlock()
+	r.admitted()
+}
+
+// admitted compares the admitted shards with those of the last call: it
+// removes the queued keys of the shards no longer admitted and enqueues
+// every object of the newly admitted ones from the primary informer, then
+// tells OnChange and the Shards gauge.
+func (r *Replica) admitted() {
 	now := r.Shards()
 	gained, lost := diff(r.prev, now), diff(now, r.prev)
 	r.prev = now
 	if len(gained)+len(lost) == 0 {
 		return
 	}
-	in := make([]int8, r.shards) // 1 gained, -1 lost
-	for _, i := range gained {
-		in[i] = 1
-	}
-	for _, i := range lost {
-		in[i] = -1
-	}
 	var gone []string
+	r.mu.Lock()
+	inf := r.primary
 	if len(lost) > 0 {
-		r.mu.Lock()
+		in := make([]bool, r.shards)
+		for _, i := range lost {
+			in[i] = true
+		}
 		for k, s := range r.gone {
-			if in[s] < 0 && r.state[s].state != shardActive {
+			if in[s] && r.state[s].state != shardActive {
 				gone = append(gone, k)
 				delete(r.gone, k)
 			}
 		}
-		r.mu.Unlock()
 	}
-	for _, obj := range r.cfg.Informer.GetStore().List() {
-		s, ok := r.ShardOfObject(obj)
-		if !ok || in[s] == 0 {
-			continue
+	r.mu.Unlock()
+	if inf != nil {
+		each := func(shards []int, do func(key string)) {
+			for _, s := range shards {
+				for _, obj := range inf.byShard(s) {
+					if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+						do(key)
+					}
+				}
+			}
 		}
-		key, err := cache.MetaNamespaceKeyFunc(obj)
-		if err != nil {
-			continue
-		}
-		if in[s] > 0 {
-			r.cfg.Queue.Add(key)
-		} else {
-			r.cfg.Queue.Remove(key)
-		}
+		each(lost, func(key string) { r.cfg.Queue.Remove(key) })
+		each(gained, r.cfg.Queue.Add)
 	}
 	for _, k := range gone {
 		r.cfg.Queue.Remove(k)
 	}
+	setGauge(r.cfg.Metrics.Shards, float64(len(now)))
 	if r.cfg.OnChange != nil {
 		r.cfg.OnChange(slices.Clone(now))
 	}

@@ -5,14 +5,20 @@
 // through coordination.k8s.io/v1 Leases in one namespace and nothing else:
 // no replica is special and there is no separate sharder.
 //
-// A replica wires up with what a controller already has: a client-go
-// informer, a *workqueue.RateLimitingQueue[string] and workqueue.Run.
+// A replica owns the cache of the sharded resource: it lists and watches
+// only the objects of the shards it holds (server-side, with KEP-5866's
+// ListOptions.ShardSelector, where the API server honours it; otherwise
+// one full watch filtered on the client), and admits a shard's keys only
+// once that cache has synced the shard.
 //
 //	r, err := sharding.New(sharding.Config{
 //		Client: client, Namespace: "kube-system", Name: "my-controller",
-//		Identity: podName, Informer: informer, Queue: q,
+//		Identity: podName, Queue: q,
+//		Object:        &appsv1.Deployment{},
+//		ListerWatcher: cache.NewListWatchFromClient(client.AppsV1().RESTClient(), "deployments", "", fields.Everything()),
 //	})
-//	go r.Run(ctx)                                      // holds shards, feeds q
+//	lister := appslisters.NewDeploymentLister(r.Informer().GetIndexer())
+//	go r.Run(ctx)                                      // holds shards, fills the cache, feeds q
 //	workqueue.Run(ctx, q, 4, r.Handler(reconcile))     // runs only owned keys
 //
 // The README gives the contract, the timing assumption and a scaling sheet.
@@ -23,10 +29,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/go-coalesce/workqueue"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -42,8 +50,18 @@ const (
 	DefaultShards        = 16
 )
 
-// Config configures a Replica. Client, Namespace, Name, Identity, Informer
-// and Queue are required; every other field has a zero value that works.
+// Queue is what the replica needs of the controller's queue: it adds the
+// keys of the shards it gains and removes those of the shards it gives up.
+// A *workqueue.RateLimitingQueue[string] satisfies it.
+type Queue interface {
+	Add(key string)
+	Remove(key string) bool
+}
+
+// Config configures a Replica. Client, Namespace, Name, Identity, Object
+// and Queue are required, and ListerWatcher unless the primary informer is
+// built through Replica.NewInformer; every other field has a zero value
+// that works.
 type Config struct {
 	// Client is used for Leases only, in Namespace.
 	Client kubernetes.Interface
@@ -67,15 +85,30 @@ type Config struct {
 	// when empty) or FieldNamespace.
 	Field string
 
-	// Informer is the controller's informer of the sharded objects. The
-	// replica adds an event handler to it that enqueues the keys
-	// ("namespace/name") of the objects of the shards it holds, and reads
-	// its store to find a key's shard and a gained shard's objects. The
-	// caller starts it.
-	Informer cache.SharedIndexInformer
+	// Object is the sharded resource's type, e.g. &corev1.ConfigMap{}.
+	Object runtime.Object
+	// ListerWatcher lists and watches the sharded resource, e.g.
+	// cache.NewListWatchFromClient(client.CoreV1().RESTClient(),
+	// "configmaps", namespace, fields.Everything()). The replica builds
+	// its sharded informer on it (Informer) and runs it in Run; the
+	// replica adds KEP-5866's ShardSelector to each LIST and watch.
+	// It may be nil only if the primary informer is built through
+	// NewInformer (controller-runtime's cache.Options.NewInformer), which
+	// then gives the ListerWatcher.
+	ListerWatcher cache.ListerWatcher
+	// ShardedWith are other namespaced types (e.g. the ReplicaSets and
+	// Pods of a Deployment controller) whose informers, built through
+	// NewInformer, hold only the objects of the held shards, by the same
+	// ranges. Only with Field = FieldNamespace: with FieldUID, a
+	// secondary object's shard would be that of its own UID, not its
+	// owner's, so its owner's holder would not have it.
+	ShardedWith []runtime.Object
 	// Queue is the controller's queue. The replica adds keys of the shards
 	// it holds and removes a shard's keys when it gives the shard up.
-	Queue *workqueue.RateLimitingQueue[string]
+	Queue Queue
+	// Metrics, if set, are kept up to date: who filters, shards held,
+	// objects cached.
+	Metrics Metrics
 
 	// LeaseDuration is how long another replica waits, after it last saw
 	// this replica's membership Lease change, before it takes the shards
@@ -178,6 +211,13 @@ type Replica struct {
 	field  string
 	shards int
 	wake   chan struct{}
+	// primary is the sharded informer of Config.Object: built by New
+	// from Config.ListerWatcher, or by the first NewInformer of its type.
+	// It is set once (under mu) and never changes.
+	primary *informer
+	// ownRun: Run runs the primary informer (built from
+	// Config.ListerWatcher).
+	ownRun bool
 
 	mu sync.Mutex // protects the fields below
 	// alive is true while the session is continuous: a renewal sent less
@@ -191,6 +231,12 @@ type Replica struct {
 	inflight int            // runs in flight, all shards
 	gone     map[string]int // deleted objects' keys waiting for a run → shard
 	running  bool           // Run has been called
+	// informers are the running sharded informers; filled[s] is true
+	// once every one of them has synced shard s (set by sync). A shard's
+	// keys are admitted only while it is active and filled.
+	informers []*informer
+	infGen    int // counts the changes of informers
+	filled    []bool
 
 	// leaving is set by the loop when Run's context ends (read by
 	// Handler under mu, written by the loop under mu).
@@ -248,8 +294,8 @@ var (
 // New checks cfg, fills in its defaults and returns a replica that holds no
 // shard until Run is called.
 func New(cfg Config) (*Replica, error) {
-	if cfg.Client == nil || cfg.Informer == nil || cfg.Queue == nil {
-		return nil, errors.New("sharding: Config needs Client, Informer and Queue")
+	if cfg.Client == nil || cfg.Object == nil || cfg.Queue == nil {
+		return nil, errors.New("sharding: Config needs Client, Object and Queue")
 	}
 	if cfg.Namespace == "" || cfg.Name == "" || cfg.Identity == "" {
 		return nil, errors.New("sharding: Config needs Namespace, Name and Identity")
@@ -272,6 +318,15 @@ func New(cfg Config) (*Replica, error) {
 	case FieldUID, FieldNamespace:
 	default:
 		return nil, fmt.Errorf("sharding: Field %q, need %q or %q", cfg.Field, FieldUID, FieldNamespace)
+	}
+	if len(cfg.ShardedWith) > 0 && cfg.Field != FieldNamespace {
+		return nil, errors.New("sharding: ShardedWith needs Field = FieldNamespace: sharded by UID, " +
+			"another resource's object has its own UID, not its owner's, so it would not land in its owner's shard")
+	}
+	for _, o := range cfg.ShardedWith {
+		if o == nil || sameType(o, cfg.Object) {
+			return nil, errors.New("sharding: ShardedWith holds nil or Config.Object's type")
+		}
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -299,29 +354,146 @@ func New(cfg Config) (*Replica, error) {
 		gone:     make(map[string]int),
 		seen:     make(map[string]observed),
 		shardRef: make([]leaseRef, cfg.Shards),
+		filled:   make([]bool, cfg.Shards),
 		// Seeded by the replica's identity: distinct replicas drift
 		// apart, and a test in simulated time replays the same periods.
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
 	}
+	if cfg.ListerWatcher != nil {
+		r.primary = newInformer(r, cfg.ListerWatcher, cfg.Object, nil, true)
+		r.ownRun = true
+		if _, err := r.primary.AddEventHandler(r.eventHandler()); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
-// Shards returns the sorted shards the replica holds now (whose keys it
-// admits and runs).
+// Informer returns the sharded informer of Config.Object: it holds only
+// the objects of the shards the replica holds, each from when its first
+// LIST is in (a shard's keys are admitted only then) until it is released
+// (its objects then leave the store without Delete events). Read its
+// store, indexer or a lister built on it; Run runs it when it was built
+// from Config.ListerWatcher. It is nil while Config.ListerWatcher is nil
+// and NewInformer has not built it yet.
+func (r *Replica) Informer() cache.SharedIndexInformer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.primary == nil {
+		return nil
+	}
+	return r.primary
+}
+
+// NewInformer has the signature of controller-runtime's
+// cache.Options.NewInformer. For Config.Object's type it returns the
+// primary sharded informer (Informer), built on lw if Config.ListerWatcher
+// is nil; for a type of Config.ShardedWith, a sharded informer of that
+// type on lw; for any other type, cache.NewSharedIndexInformer. Whoever
+// gets an informer from it runs it, except the primary informer built
+// from Config.ListerWatcher, which Run runs (its Run method then returns
+// at once).
+//
+// While a sharded informer runs, the replica admits a shard's keys only
+// once it has synced the shard, as for the primary one.
+func (r *Replica) NewInformer(lw cache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
+	if sameType(obj, r.cfg.Object) {
+		r.mu.Lock()
+		inf := r.primary
+		created := false
+		if inf == nil {
+			inf = newInformer(r, lw, obj, indexers, true)
+			r.primary = inf
+			created = true
+		}
+		r.mu.Unlock()
+		if created {
+			_, _ = inf.AddEventHandler(r.eventHandler()) // never fails: not stopped
+		} else if len(indexers) > 0 {
+			_ = inf.AddIndexers(indexers)
+		}
+		if r.ownRun {
+			return notRun{inf}
+		}
+		return inf
+	}
+	for _, o := range r.cfg.ShardedWith {
+		if sameType(obj, o) {
+			return newInformer(r, lw, obj, indexers, false)
+		}
+	}
+	return cache.NewSharedIndexInformer(lw, obj, resync, indexers)
+}
+
+// notRun is the primary informer as NewInformer gives it when Run runs
+// it: the caller's Run waits for the end of its stop channel without
+// running it again.
+type notRun struct{ *informer }
+
+func (n notRun) Run(stopCh <-chan struct{})         { <-stopCh }
+func (n notRun) RunWithContext(ctx context.Context) { <-ctx.Done() }
+
+// sameType reports whether a and b are objects of one resource type: the
+// same Go type and, for unstructured objects, the same kind.
+func sameType(a, b runtime.Object) bool {
+	if a == nil || b == nil || reflect.TypeOf(a) != reflect.TypeOf(b) {
+		return false
+	}
+	return a.GetObjectKind().GroupVersionKind() == b.GetObjectKind().GroupVersionKind() ||
+		a.GetObjectKind().GroupVersionKind().Empty() || b.GetObjectKind().GroupVersionKind().Empty()
+}
+
+// Filtering returns who filters the primary informer's list and watch by
+// shard: FilterServer once a LIST has shown that the API server honours
+// ListOptions.ShardSelector, FilterClient otherwise (and until the first
+// LIST has answered).
+func (r *Replica) Filtering() Filtering {
+	r.mu.Lock()
+	inf := r.primary
+	r.mu.Unlock()
+	if inf == nil {
+		return FilterClient
+	}
+	return inf.filtering()
+}
+
+// addInformer registers a sharded informer that starts running: until it
+// has synced a shard, the shard's keys are not admitted.
+func (r *Replica) addInformer(inf *informer) {
+	r.mu.Lock()
+	r.informers = append(r.informers, inf)
+	r.infGen++
+	clear(r.filled)
+	r.mu.Unlock()
+	r.poke()
+}
+
+// removeInformer unregisters a sharded informer that stopped.
+func (r *Replica) removeInformer(inf *informer) {
+	r.mu.Lock()
+	r.informers = slices.DeleteFunc(r.informers, func(i *informer) bool { return i == inf })
+	r.infGen++
+	r.mu.Unlock()
+	r.poke()
+}
+
+// Shards returns the sorted shards whose keys the replica admits and runs
+// now: held, and synced in every running sharded informer.
 func (r *Replica) Shards() []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.activeLocked()
 }
 
-// activeLocked returns the active shards. r.mu must be held.
+// activeLocked returns the shards whose keys are admitted: active and
+// filled. r.mu must be held.
 func (r *Replica) activeLocked() []int {
 	var out []int
 	if !r.alive {
 		return out
 	}
 	for i := range r.state {
-		if r.state[i].state == shardActive {
+		if r.state[i].state == shardActive && r.filled[i] {
 			out = append(out, i)
 		}
 	}
@@ -329,7 +501,10 @@ func (r *Replica) activeLocked() []int {
 }
 
 // Owns reports whether the replica would run key now: it holds the key's
-// shard and its membership is alive.
+// shard, every running sharded informer has synced that shard, and its
+// membership is alive. A key's shard is found from its object in the
+// primary informer's store (or its delete event), or, sharding by
+// namespace, from the key.
 func (r *Replica) Owns(key string) bool {
 	s, ok := r.shardOfKey(key)
 	r.mu.Lock()
@@ -356,7 +531,13 @@ func (r *Replica) ShardOfObject(obj any) (int, bool) {
 // shardOfKey finds key's shard from the informer's store, or, sharding by
 // namespace, from the key itself.
 func (r *Replica) shardOfKey(key string) (int, bool) {
-	if obj, ok, err := r.cfg.Informer.GetStore().GetByKey(key); err == nil && ok {
+	r.mu.Lock()
+	inf := r.primary
+	r.mu.Unlock()
+	if inf == nil {
+		return 0, false
+	}
+	if obj, ok, err := inf.indexer.GetByKey(key); err == nil && ok {
 		return r.ShardOfObject(obj)
 	}
 	if r.field == FieldNamespace {
@@ -368,10 +549,11 @@ func (r *Replica) shardOfKey(key string) (int, bool) {
 	return 0, false
 }
 
-// admitsLocked reports whether keys of shard s may start running at now.
-// r.mu must be held.
+// admitsLocked reports whether keys of shard s may start running at now:
+// held, synced in every running sharded informer, and alive. r.mu must be
+// held.
 func (r *Replica) admitsLocked(s int, now time.Time) bool {
-	return r.alive && now.Before(r.deadline) && r.state[s].state == shardActive
+	return r.alive && now.Before(r.deadline) && r.state[s].state == shardActive && r.filled[s]
 }
 
 // Handler wraps a controller's handler for workqueue.Run: it runs handle
@@ -486,8 +668,11 @@ func (r *Replica) eventHandler() cache.ResourceEventHandler {
 
 // Run holds shards until ctx ends: it joins the ring, renews its
 // membership Lease every RetryPeriod, takes and gives up shards to keep the
-// ring balanced, enqueues every object of a shard it gains and removes the
-// keys of a shard it gives up. It first waits for the informer to sync.
+// ring balanced, fills the sharded informers with the shards it gains and
+// empties them of those it releases, enqueues every object of a gained
+// shard once the informers have synced it and removes the keys of a shard
+// it gives up. It runs the primary informer when it was built from
+// Config.ListerWatcher.
 //
 // When ctx ends, Run leaves gracefully (unless Config.SkipRelease): it
 // stops admitting keys, drains and releases its shards (at most
@@ -504,13 +689,19 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.running = true
 	r.mu.Unlock()
 
-	reg, err := r.cfg.Informer.AddEventHandler(r.eventHandler())
-	if err != nil {
-		return fmt.Errorf("sharding: adding the event handler: %w", err)
-	}
-	defer func() { _ = r.cfg.Informer.RemoveEventHandler(reg) }()
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-		return nil
+	if r.ownRun {
+		// The informer stops once the loop has returned: a leaving
+		// replica's runs read it until its shards are released.
+		stop := make(chan struct{})
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			r.primary.Run(stop)
+		}()
+		defer func() {
+			close(stop)
+			<-stopped
+		}()
 	}
 
 	api := context.WithoutCancel(ctx)

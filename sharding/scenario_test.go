@@ -273,11 +273,15 @@ func heapInUse() uint64 {
 }
 
 // TestNoGoroutinePerShard checks the other half of invariant 4: a ring of
-// 3 replicas runs as many goroutines with 1,024 shards as with 16.
+// 3 replicas runs as many goroutines with 1,024 shards as with 16, when
+// the cache is one watch filtered on the client. Where the server filters,
+// the cache runs one list+watch loop per held shard (see informer.go):
+// the test reports how many goroutines that costs per held shard.
 func TestNoGoroutinePerShard(t *testing.T) {
-	count := func(shards int) (n int) {
+	count := func(shards int, clientFilter bool) (n int) {
 		synctest.Test(t, func(t *testing.T) {
 			rg := newRing(t, shards, 100)
+			rg.clientFilter = clientFilter
 			defer rg.stopAll()
 			for range 3 {
 				rg.start(false)
@@ -288,11 +292,17 @@ func TestNoGoroutinePerShard(t *testing.T) {
 		})
 		return n
 	}
-	few, many := count(16), count(1024)
+	few, many := count(16, true), count(1024, true)
 	if few != many {
 		t.Errorf("%d goroutines with 16 shards, %d with 1024", few, many)
 	}
-	t.Logf("FIGURES goroutines: %d with 16 shards, %d with 1024 (3 replicas, all goroutines of the process)", few, many)
+	sFew, sMany := count(16, false), count(1024, false)
+	perShard := float64(sMany-sFew) / float64(1024-16)
+	if perShard > 2 {
+		t.Errorf("server filtering: %d goroutines with 16 shards, %d with 1024: %.2f per held shard, want at most 2 (the loop, the fake's watch)", sFew, sMany, perShard)
+	}
+	t.Logf("FIGURES goroutines: client filtering %d with 16 shards, %d with 1024; server filtering %d and %d, %.2f per held shard (its list+watch loop and the fake's watch; 3 replicas, all goroutines of the process)",
+		few, many, sFew, sMany, perShard)
 }
 
 // TestLostResponses makes a replica's Lease requests reach the store but

@@ -1,7 +1,12 @@
 // Command deployments runs one Deployment "controller" on three replicas
 // in one process, sharded through Leases on a fake clientset: it prints
-// which replica holds which shards, kills one replica (no release), and
-// shows its shards taken over and every Deployment converged.
+// which replica holds which shards and how many Deployments each caches,
+// kills one replica (no release), and shows its shards taken over and
+// every Deployment converged. Each replica caches only its shards'
+// Deployments: fakeshards answers KEP-5866's shard selector in front of
+// the fake clientset as kube-apiserver does with the ShardedListAndWatch
+// gate on (run with -client-filter to see the fallback of a server
+// without it).
 //
 //	cd sharding && go run ./examples/deployments
 //
@@ -11,6 +16,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,12 +28,15 @@ import (
 	"github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/sharding"
 	"github.com/go-coalesce/workqueue/sharding/fakeleases"
+	"github.com/go-coalesce/workqueue/sharding/fakeshards"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 const (
@@ -50,9 +59,11 @@ var timing = sharding.Config{
 }
 
 func main() {
+	clientFilter := flag.Bool("client-filter", false, "serve the shard selector as a server without the ShardedListAndWatch gate: ignore it")
+	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := Story(ctx, os.Stdout)
+	res, err := Story(ctx, os.Stdout, !*clientFilter)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deployments:", err)
 		os.Exit(1)
@@ -69,6 +80,8 @@ type Result struct {
 	Converged     bool             // every Deployment's observedGeneration is its generation
 	Overlaps      int              // keys run by two replicas at once
 	Syncs         int              // handler runs that updated a status
+	Cached        map[string]int   // replica → Deployments in its cache, before the kill
+	Filtering     string           // who filtered by shard: "server" or "client"
 }
 
 // replica is one replica of the controller: an informer, a queue, workers
@@ -81,9 +94,15 @@ type replica struct {
 	wg     sync.WaitGroup
 }
 
-// Story runs the example and writes its timeline to w.
-func Story(ctx context.Context, w io.Writer) (Result, error) {
+// Story runs the example and writes its timeline to w. serverFilter says
+// whether the (fake) server honours the shard selector.
+func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) {
 	var res Result
+	// The fake clientset's watches are channels that panic when they hold
+	// DefaultChanSize (100) events, which the replicas' first status
+	// updates can reach before a watch's reader is scheduled on a busy
+	// machine. A fake's limit, not the replicas': make it roomier.
+	watch.DefaultChanSize = 10000
 	objs := fake.NewSimpleClientset() //nolint:staticcheck // the field-managed fake costs a REST mapper per write
 	for i := range deployments {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{
@@ -105,20 +124,27 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 
 	start := func(name string) (*replica, error) {
 		rctx, cancel := context.WithCancel(ctx)
-		f := informers.NewSharedInformerFactory(objs, 0)
-		inf := f.Apps().V1().Deployments().Informer()
+		lw := fakeshards.New(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return objs.AppsV1().Deployments(namespace).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return objs.AppsV1().Deployments(namespace).Watch(ctx, o)
+			},
+		}, serverFilter)
 		q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 		cfg := timing
 		cfg.Client = leases.Clientset(name)
 		cfg.Namespace, cfg.Name, cfg.Identity = "kube-system", "deployments", name
 		cfg.Shards = shards
-		cfg.Informer, cfg.Queue = inf, q
+		cfg.Object, cfg.ListerWatcher, cfg.Queue = &appsv1.Deployment{}, lw, q
 		cfg.SkipRelease = name == victim
 		s, err := sharding.New(cfg)
 		if err != nil {
 			cancel()
 			return nil, err
 		}
+		inf := s.Informer() // holds only the Deployments of s's shards
 		rp := &replica{name: name, shard: s, get: inf.GetStore().GetByKey, cancel: cancel}
 		reconcile := func(ctx context.Context, key string) error {
 			mu.Lock()
@@ -139,7 +165,6 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 				mu.Unlock()
 			})
 		}
-		rp.wg.Go(func() { f.Start(rctx.Done()); f.WaitForCacheSync(rctx.Done()); <-rctx.Done(); f.Shutdown() })
 		rp.wg.Go(func() { _ = s.Run(rctx) })
 		rp.wg.Go(func() { _ = workqueue.Run(rctx, q, 4, s.Handler(reconcile)) })
 		return rp, nil
@@ -180,7 +205,12 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 		return res, fmt.Errorf("never converged: %w", err)
 	}
 	res.Before = holding()
-	printHolding(w, res.Before)
+	res.Cached = map[string]int{}
+	for name, rp := range replicas {
+		res.Cached[name] = len(rp.shard.Informer().GetStore().ListKeys())
+		res.Filtering = rp.shard.Filtering().String()
+	}
+	printHolding(w, res.Before, replicas)
 	fmt.Fprintf(w, "all %d Deployments converged at generation 1\n", deployments)
 
 	killed := time.Now()
@@ -210,7 +240,7 @@ func Story(ctx context.Context, w io.Writer) (Result, error) {
 	res.After = holding()
 	fmt.Fprintf(w, "%s's shards taken over %v after the kill (LeaseDuration %v + at most 2 periods of RetryPeriod %v + 10%%)\n",
 		victim, res.Takeover.Round(100*time.Millisecond), timing.LeaseDuration, timing.RetryPeriod)
-	printHolding(w, res.After)
+	printHolding(w, res.After, replicas)
 	if err := waitFor(ctx, func() bool { return converged(ctx, objs, 2) }); err != nil {
 		return res, fmt.Errorf("never converged after the kill: %w", err)
 	}
@@ -278,26 +308,28 @@ func converged(ctx context.Context, c kubernetes.Interface, gen int64) bool {
 	return true
 }
 
-// seen reports whether every replica's informer has Deployment name at
-// generation gen.
+// seen reports whether every replica that caches Deployment name has it
+// at generation gen.
 func seen(replicas map[string]*replica, name string, gen int64) bool {
 	for _, rp := range replicas {
 		obj, ok, _ := rp.get(namespace + "/" + name)
-		if !ok || obj.(*appsv1.Deployment).Generation < gen {
+		if ok && obj.(*appsv1.Deployment).Generation < gen {
 			return false
 		}
 	}
 	return true
 }
 
-func printHolding(w io.Writer, h map[string][]int) {
+func printHolding(w io.Writer, h map[string][]int, replicas map[string]*replica) {
 	names := make([]string, 0, len(h))
 	for n := range h {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %s holds %2d shards %v\n", n, len(h[n]), h[n])
+		rp := replicas[n]
+		fmt.Fprintf(w, "  %s holds %2d shards %v, caches %d Deployments (filtered by the %s)\n",
+			n, len(h[n]), h[n], len(rp.shard.Informer().GetStore().ListKeys()), rp.shard.Filtering())
 	}
 }
 

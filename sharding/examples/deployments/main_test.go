@@ -20,12 +20,21 @@ func TestMain(m *testing.M) {
 // others within LeaseDuration + 2 periods (a period is at most
 // 1.1×RetryPeriod with the loop's jitter), every Deployment converged,
 // and no Deployment synced by two replicas at once.
+//
+// With the server filtering, each replica caches only its shards'
+// Deployments; with the fallback, the same, filtered on the client.
 func TestStory(t *testing.T) {
+	for _, server := range []bool{true, false} {
+		t.Run(map[bool]string{true: "server", false: "client"}[server], func(t *testing.T) { testStory(t, server) })
+	}
+}
+
+func testStory(t *testing.T, server bool) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var out bytes.Buffer
-		res, err := Story(ctx, &out)
+		res, err := Story(ctx, &out, server)
 		t.Log("\n" + out.String())
 		if err != nil {
 			t.Fatal(err)
@@ -57,6 +66,20 @@ func TestStory(t *testing.T) {
 		period := timing.RetryPeriod + timing.RetryPeriod/10
 		if bound := timing.LeaseDuration + 2*period; res.Takeover > bound || res.Takeover < timing.LeaseDuration-period {
 			t.Errorf("takeover after %v, want between LeaseDuration − 1.1×RetryPeriod and %v", res.Takeover, bound)
+		}
+		if want := map[bool]string{true: "server", false: "client"}[server]; res.Filtering != want {
+			t.Errorf("filtered by the %s, want %s", res.Filtering, want)
+		}
+		total := 0
+		for name, n := range res.Cached {
+			total += n
+			// 6 shards of 16 hold about 6/16 of 300 Deployments.
+			if n > deployments/2 {
+				t.Errorf("%s caches %d Deployments of %d, want only those of its shards", name, n, deployments)
+			}
+		}
+		if total != deployments {
+			t.Errorf("the replicas cache %d Deployments in all, want each of the %d once", total, deployments)
 		}
 		if res.Syncs < deployments {
 			t.Errorf("%d status updates, want at least one per Deployment at generation 2", res.Syncs)

@@ -1,0 +1,364 @@
+package sharding_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/fakeleases"
+	"github.com/go-coalesce/workqueue/sharding/fakeshards"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+)
+
+// nsObjects makes a fake clientset with perNS Deployments and perNS
+// ReplicaSets in each of namespaces ns-0 … ns-(n−1), for tests that shard
+// by namespace.
+func nsObjects(t *testing.T, n, perNS int) *fake.Clientset {
+	objs := fake.NewSimpleClientset() //nolint:staticcheck // the field-managed fake costs a REST mapper per write
+	ctx := context.Background()
+	for i := range n {
+		ns := fmt.Sprintf("ns-%d", i)
+		for j := range perNS {
+			meta := metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("d-%d", j), UID: types.UID(fmt.Sprintf("%s-d-%d", ns, j))}
+			if _, err := objs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: meta}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			meta.UID += "-rs"
+			if _, err := objs.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: meta}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return objs
+}
+
+// allNamespacesLW lists and watches Deployments (or ReplicaSets) in every
+// namespace of the fake clientset.
+func allNamespacesLW(objs *fake.Clientset, replicaSets bool) cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if replicaSets {
+				return objs.AppsV1().ReplicaSets("").List(ctx, o)
+			}
+			return objs.AppsV1().Deployments("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if replicaSets {
+				return objs.AppsV1().ReplicaSets("").Watch(ctx, o)
+			}
+			return objs.AppsV1().Deployments("").Watch(ctx, o)
+		},
+	}
+}
+
+// TestSyncBeforeAdmit holds back the LIST of one shard in one sharded
+// informer (the primary one, or one built by NewInformer for a type of
+// ShardedWith) of a replica that holds every shard. A controller enqueues
+// every key, as one that maps secondary events to owner keys does. No key
+// of the held-back shard may reach the reconciler, nor be owned, while its
+// LIST is held back, though the replica holds the shard's Lease; once the
+// LIST is let through, the shard's keys are admitted and reconciled with
+// their objects in the cache.
+//
+// Sharding by namespace makes a key's shard follow from the key alone:
+// the case where admitting at Lease acquisition would hand the reconciler
+// a key whose object is not in its cache yet.
+func TestSyncBeforeAdmit(t *testing.T) {
+	for _, which := range []string{"primary", "secondary"} {
+		t.Run(which, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testSyncBeforeAdmit(t, which == "secondary") })
+		})
+	}
+}
+
+func testSyncBeforeAdmit(t *testing.T, secondary bool) {
+	const shards, namespaces, perNS = 4, 16, 4
+	objs := nsObjects(t, namespaces, perNS)
+	primaryLW := fakeshards.New(allNamespacesLW(objs, false), true)
+	rsLW := fakeshards.New(allNamespacesLW(objs, true), true)
+	heldBack := sharding.ShardOf(sharding.Hash("ns-0"), shards)
+	sel := sharding.Selector(sharding.FieldNamespace, shards, []int{heldBack}).String()
+	release := primaryLW.Hold(sel)
+	if secondary {
+		release()
+		release = rsLW.Hold(sel)
+	}
+	defer release()
+
+	leases := fakeleases.New()
+	q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
+	r, err := sharding.New(sharding.Config{
+		Client: leases.Clientset("r-0"), Namespace: "ring", Name: "ctl", Identity: "r-0",
+		Shards: shards, Field: sharding.FieldNamespace,
+		Object: &appsv1.Deployment{}, ListerWatcher: primaryLW,
+		ShardedWith:   []runtime.Object{&appsv1.ReplicaSet{}},
+		Queue:         q,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, GracePeriod: gracePeriod,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsInf := r.NewInformer(rsLW, &appsv1.ReplicaSet{}, 0, nil)
+	store := r.Informer().GetStore()
+
+	var keys []string
+	for i := range namespaces {
+		for j := range perNS {
+			keys = append(keys, fmt.Sprintf("ns-%d/d-%d", i, j))
+		}
+	}
+	inHeldBack := func(key string) bool {
+		ns, _, _ := cache.SplitMetaNamespaceKey(key)
+		return sharding.ShardOf(sharding.Hash(ns), shards) == heldBack
+	}
+
+	var mu sync.Mutex
+	var absent, ownedEarly []string
+	reconciled := map[string]int{}
+	handle := func(_ context.Context, key string) error {
+		_, inCache, _ := store.GetByKey(key)
+		_, rsInCache, _ := rsInf.GetStore().GetByKey(key) // its ReplicaSet has the same key
+		mu.Lock()
+		defer mu.Unlock()
+		if !inCache || !rsInCache {
+			absent = append(absent, fmt.Sprintf("%v: %s (Deployment cached %v, ReplicaSet cached %v)", time.Now().Format("15:04:05.000"), key, inCache, rsInCache))
+		}
+		reconciled[key]++
+		return nil
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.Run(ctx) })
+	wg.Go(func() { rsInf.Run(ctx.Done()) })
+	wg.Go(func() { _ = workqueue.Run(ctx, q, 4, r.Handler(handle)) })
+	// The controller: every key, every 100ms, whatever the replica holds.
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			for _, k := range keys {
+				q.Add(k)
+				if inHeldBack(k) && r.Owns(k) {
+					mu.Lock()
+					ownedEarly = append(ownedEarly, k)
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+
+	// The replica holds every Lease after its third tick; give it ten.
+	time.Sleep(10 * retryPeriod)
+	holder := map[string]int{}
+	for _, l := range leases.Leases() {
+		if l.Labels[sharding.LabelRole] == "shard" && l.Spec.HolderIdentity != nil {
+			holder[*l.Spec.HolderIdentity]++
+		}
+	}
+	if holder["r-0"] != shards {
+		t.Fatalf("r-0 holds %d shard Leases, want all %d: %v", holder["r-0"], shards, holder)
+	}
+	want := slices.DeleteFunc([]int{0, 1, 2, 3}, func(s int) bool { return s == heldBack })
+	if got := r.Shards(); !slices.Equal(got, want) {
+		t.Errorf("while shard %d's LIST is held back, Shards() = %v, want %v", heldBack, got, want)
+	}
+	mu.Lock()
+	early := 0
+	for k, n := range reconciled {
+		if inHeldBack(k) {
+			early += n
+		}
+	}
+	if early > 0 || len(ownedEarly) > 0 {
+		t.Errorf("while shard %d's LIST is held back: %d runs of its keys, Owns true %d times (first: %v)", heldBack, early, len(ownedEarly), ownedEarly[:min(3, len(ownedEarly))])
+	}
+	mu.Unlock()
+
+	release()
+	time.Sleep(2 * retryPeriod)
+	if got := r.Shards(); len(got) != shards {
+		t.Errorf("after the LIST was let through, Shards() = %v, want all %d", got, shards)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys {
+		if reconciled[k] == 0 {
+			t.Errorf("%s never reconciled", k)
+		}
+	}
+	if len(absent) > 0 {
+		t.Errorf("%d keys handed to the reconciler with their object absent from the cache, first: %v", len(absent), absent[:min(5, len(absent))])
+	}
+	if n := primaryLW.Lists(sel); n != 1 {
+		t.Errorf("shard %d listed %d times by the primary informer, want 1", heldBack, n)
+	}
+}
+
+// gauge is a Gauge that keeps its last value.
+type gauge struct {
+	mu sync.Mutex
+	v  float64
+}
+
+func (g *gauge) Set(v float64) {
+	g.mu.Lock()
+	g.v = v
+	g.mu.Unlock()
+}
+
+func (g *gauge) get() float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.v
+}
+
+// handlerCounts counts the events a handler of a sharded informer gets.
+type handlerCounts struct {
+	mu                  sync.Mutex
+	adds, updates, dels int
+}
+
+func (c *handlerCounts) OnAdd(any, bool) { c.mu.Lock(); c.adds++; c.mu.Unlock() }
+func (c *handlerCounts) OnUpdate(_, _ any) {
+	c.mu.Lock()
+	c.updates++
+	c.mu.Unlock()
+}
+func (c *handlerCounts) OnDelete(any) { c.mu.Lock(); c.dels++; c.mu.Unlock() }
+
+// TestMoveCache checks the cache through a join: one replica holds every
+// shard, a second joins and takes half. The giver's store then holds
+// exactly the objects of the shards it kept, the released shards' objects
+// left it without a Delete event (no object was deleted), and no shard
+// that did not move was listed again: with the server filtering, each
+// shard was listed once in all by the replica that holds it; with the
+// client filtering, the giver lists nothing more and the taker lists
+// everything once per gain. The gauges follow.
+func TestMoveCache(t *testing.T) {
+	for _, clientFilter := range []bool{false, true} {
+		t.Run(map[bool]string{false: "server", true: "client"}[clientFilter], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testMoveCache(t, clientFilter) })
+		})
+	}
+}
+
+func testMoveCache(t *testing.T, clientFilter bool) {
+	const shards, objs = 16, 400
+	rg := newRing(t, shards, objs)
+	rg.clientFilter = clientFilter
+	gauges := map[string]*[3]gauge{}
+	rg.config = func(id string, cfg *sharding.Config) {
+		g := new([3]gauge)
+		gauges[id] = g
+		cfg.Metrics = sharding.Metrics{ServerFiltering: &g[0], Shards: &g[1], Objects: &g[2]}
+	}
+	defer rg.stopAll()
+	a := rg.start(false)
+	rg.waitBalanced(leaseDuration)
+	ma := rg.members[a]
+	var counts handlerCounts
+	if _, err := ma.r.Informer().AddEventHandler(&counts); err != nil {
+		t.Fatal(err)
+	}
+	go rg.churn(4 * retryPeriod)
+	b := rg.start(false)
+	rg.waitBalanced(leaseDuration + 4*retryPeriod)
+	time.Sleep(4 * retryPeriod)
+	mb := rg.members[b]
+
+	// Every object's shard, from the server.
+	shardOf := map[string]int{}
+	list, err := rg.objs.AppsV1().Deployments(objectsNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range list.Items {
+		shardOf[d.Namespace+"/"+d.Name] = sharding.ShardOf(sharding.Hash(string(d.UID)), shards)
+	}
+	for _, m := range []*member{ma, mb} {
+		held := m.r.Shards()
+		want := 0
+		for _, s := range shardOf {
+			if slices.Contains(held, s) {
+				want++
+			}
+		}
+		keys := m.r.Informer().GetStore().ListKeys()
+		foreign := 0
+		for _, k := range keys {
+			if !slices.Contains(held, shardOf[k]) {
+				foreign++
+			}
+		}
+		if len(keys) != want || foreign > 0 {
+			t.Errorf("%s holds shards %v and caches %d objects, %d of other shards; want the %d of its shards", m.id, held, len(keys), foreign, want)
+		}
+		g := gauges[m.id]
+		wantMode := map[bool]float64{false: 1, true: 0}[clientFilter]
+		if g[0].get() != wantMode || int(g[1].get()) != len(held) || int(g[2].get()) != len(keys) {
+			t.Errorf("%s's gauges: server filtering %v, shards %v, objects %v; want %v, %d, %d", m.id, g[0].get(), g[1].get(), g[2].get(), wantMode, len(held), len(keys))
+		}
+		if got := m.r.Filtering().String(); got != map[bool]string{false: "server", true: "client"}[clientFilter] {
+			t.Errorf("%s filters on the %s", m.id, got)
+		}
+	}
+	counts.mu.Lock()
+	if counts.dels > 0 {
+		t.Errorf("%s's handler got %d Delete events, though no object was deleted: released shards must leave the cache silently", a, counts.dels)
+	}
+	counts.mu.Unlock()
+
+	started, open := ma.lw.Watches()
+	startedB, openB := mb.lw.Watches()
+	if clientFilter {
+		if n := ma.lw.Lists(""); n != 1 {
+			t.Errorf("%s listed everything %d times; want once: giving shards up lists nothing", a, n)
+		}
+		if n := mb.lw.Lists(""); n < 1 || n > 2 {
+			t.Errorf("%s listed everything %d times; want once per gain", b, n)
+		}
+		t.Logf("FIGURES cache move, client filtering: giver %d full LIST, %d watches open (%d started); taker %d full LISTs of %d objects, %d watches open (%d started)",
+			ma.lw.Lists(""), open, started, mb.lw.Lists(""), objs, openB, startedB)
+		return
+	}
+	listed := 0
+	for s := range shards {
+		sel := sharding.Selector(sharding.FieldUID, shards, []int{s}).String()
+		na, nb := ma.lw.Lists(sel), mb.lw.Lists(sel)
+		listed += na + nb
+		inA, inB := slices.Contains(ma.r.Shards(), s), slices.Contains(mb.r.Shards(), s)
+		switch {
+		case inA && (na != 1 || nb != 0):
+			t.Errorf("shard %d, kept by %s, listed %d times by it and %d by %s; want once, by the first", s, a, na, nb, b)
+		case inB && (na != 1 || nb != 1):
+			t.Errorf("shard %d, moved to %s, listed %d times by %s and %d by %s; want once each", s, b, na, a, nb, b)
+		}
+	}
+	if ma.lw.Lists("") > 0 || mb.lw.Lists("") > 0 {
+		t.Errorf("unsharded LISTs with the server filtering: %d and %d", ma.lw.Lists(""), mb.lw.Lists(""))
+	}
+	if open != len(ma.r.Shards()) || openB != len(mb.r.Shards()) {
+		t.Errorf("watches open: %d and %d; want one per held shard (%d, %d)", open, openB, len(ma.r.Shards()), len(mb.r.Shards()))
+	}
+	t.Logf("FIGURES cache move, server filtering: %d shard LISTs in all for %d shards and one move of %d; giver %d watches open (%d started), taker %d open (%d started)",
+		listed, shards, len(mb.r.Shards()), open, started, openB, startedB)
+}
