@@ -30,9 +30,9 @@ const (
 	// proofNamespacesPerShard namespaces hash into each shard (see
 	// newDataset), so every shard holds the same number of objects.
 	proofNamespacesPerShard = 2
-	proofPadding            = 1000        // bytes of data per ConfigMap besides its value
+	proofPadding            = 1000          // bytes of data per ConfigMap besides its value
 	proofLabel              = "proof26-set" // every object of the data set carries it
-	loadWorkers             = 32          // parallel creates while loading
+	loadWorkers             = 32            // parallel creates while loading
 )
 
 // dataset is the ConfigMaps of the proof, spread over namespaces that hash

@@ -52,10 +52,10 @@ func TestShardedCacheHeap(t *testing.T) {
 					Ring:          "heap",
 					Identity:      fmt.Sprintf("r%d", i),
 					Shards:        proofShards,
-					LeaseDuration: ringLeaseDuration,
-					RenewDeadline: ringRenewDeadline,
-					RetryPeriod:   ringRetryPeriod,
-					GracePeriod:   ringGracePeriod,
+					LeaseDuration: proofLeaseDuration,
+					RenewDeadline: proofRenewDeadline,
+					RetryPeriod:   proofRetryPeriod,
+					GracePeriod:   proofGracePeriod,
 					Share:         proofShards / proofReplicas,
 				}))
 			}

@@ -3,20 +3,27 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Labels and annotations of the ring's Leases.
 const (
 	// LabelRing is set on every Lease of a ring to the ring's Name; a
-	// replica lists the ring with this label selector.
+	// replica watches the ring with this label selector.
 	LabelRing = "sharding.go-coalesce.io/ring"
 	// LabelRole is "member" on membership Leases and "shard" on shard
 	// Leases.
@@ -42,9 +49,8 @@ func shardLeaseName(ring string, i int) string     { return ring + "-shard-" + s
 
 func newSession() string { return fmt.Sprintf("%016x", rand.Uint64()) }
 
-// view is one consistent list of the ring's Leases (a LIST is served at
-// one resourceVersion, so a shard Lease and its holder's membership Lease
-// are seen at the same moment).
+// view is the ring as this replica last saw it: a copy of the watched
+// state (see ringView) taken by the loop for one decision.
 type view struct {
 	members map[string]memberInfo // by identity
 	shards  []shardInfo           // by shard index
@@ -57,6 +63,10 @@ type memberInfo struct {
 	// its session (renewTime = acquireTime), whose writer has not yet been
 	// answered. See (*Replica).plan.
 	confirmed bool
+	// at is when this replica first saw the Lease at ref: when the watch
+	// delivered that version (or a list returned it). A member is fenced
+	// LeaseDuration after that, if ref has not changed since.
+	at time.Time
 }
 
 type shardInfo struct {
@@ -66,53 +76,322 @@ type shardInfo struct {
 	transitions     int32
 }
 
-// list reads the ring.
-func (r *Replica) list(ctx context.Context) (*view, error) {
-	l, err := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: LabelRing + "=" + r.cfg.Name,
-	})
-	if err != nil {
-		return nil, err
-	}
-	v := &view{members: make(map[string]memberInfo), shards: make([]shardInfo, r.shards)}
-	shardPrefix := r.cfg.Name + "-shard-"
-	memberPrefix := r.cfg.Name + "-member-"
-	for i := range l.Items {
-		le := &l.Items[i]
-		holder := ""
-		if le.Spec.HolderIdentity != nil {
-			holder = *le.Spec.HolderIdentity
-		}
-		switch le.Labels[LabelRole] {
-		case roleMember:
-			id, ok := strings.CutPrefix(le.Name, memberPrefix)
-			if !ok || holder != id {
-				continue
-			}
-			// A Lease without acquireTime (written by an older version)
-			// counts as confirmed, as every member did then.
-			confirmed := le.Spec.AcquireTime == nil || le.Spec.RenewTime == nil ||
-				!le.Spec.AcquireTime.Equal(le.Spec.RenewTime)
-			v.members[id] = memberInfo{ref: refOf(le), session: le.Annotations[AnnotationSession], confirmed: confirmed}
-		case roleShard:
-			s, ok := strings.CutPrefix(le.Name, shardPrefix)
-			if !ok || le.Annotations[AnnotationShards] != strconv.Itoa(r.shards) {
-				continue
-			}
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 0 || n >= r.shards {
-				continue
-			}
-			var tr int32
-			if le.Spec.LeaseTransitions != nil {
-				tr = *le.Spec.LeaseTransitions
-			}
-			v.shards[n] = shardInfo{exists: true, ref: refOf(le), holder: holder,
-				session: le.Annotations[AnnotationSession], transitions: tr}
-		}
-	}
-	return v, nil
+// ringView is the ring's Leases as the replica's watch has delivered them,
+// with the answers to the replica's own writes applied at once: a
+// reflector (list once, then watch, with the ring's label selector) feeds
+// it through the cache.ReflectorStore methods below, and the loop copies
+// it for each decision (snapshot).
+//
+// A Lease's entry only moves forward: a version older than the one held
+// (by its resourceVersion, which the API server makes comparable within a
+// resource: KEP-5504, k8s.io/apimachinery/pkg/util/resourceversion) is
+// ignored. That matters because the replica's own answers run ahead of the
+// watch: after this replica released a shard, the watch may still deliver
+// the version that named it, and applying it would make the shard look
+// held again. A resourceVersion that cannot be compared is taken as newer,
+// as an informer would.
+//
+// The view may be behind the server, by the watch's latency, while the
+// watch is cut off, or until a relist; safety never rests on it being
+// fresh (see the README's "Why two replicas never run one key at once"):
+// every write carries the UID and resourceVersion of the version it was
+// decided on, and the server refuses it if that is no longer current.
+type ringView struct {
+	ring       string
+	shardCount int
+	changed    chan struct{} // capacity 1: poked on every change
+	synced     chan struct{} // closed at the first Replace
+
+	mu      sync.Mutex // protects the fields below
+	members map[string]memberInfo
+	shards  []shardInfo
+	isSync  bool
 }
+
+func newRingView(ring string, shards int) *ringView {
+	return &ringView{
+		ring: ring, shardCount: shards,
+		changed: make(chan struct{}, 1),
+		synced:  make(chan struct{}),
+		members: make(map[string]memberInfo),
+		shards:  make([]shardInfo, shards),
+	}
+}
+
+// watch runs a reflector that keeps the view up to date, until ctx ends:
+// one LIST (or, where the server and client-go support it, a streaming
+// watch list) of the ring's Leases, then a WATCH, resumed from the last
+// resourceVersion seen when it ends, and a relist only when the server no
+// longer has that resourceVersion (410 Gone).
+func (g *ringView) watch(ctx context.Context, client kubernetes.Interface, namespace string) {
+	leases := client.CoordinationV1().Leases(namespace)
+	sel := LabelRing + "=" + g.ring
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel
+			return leases.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			return leases.Watch(ctx, o)
+		},
+	}
+	r := cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
+		&coordinationv1.Lease{}, g, cache.ReflectorOptions{Name: "sharding ring " + g.ring})
+	r.RunWithContext(ctx)
+}
+
+// snapshot copies the view into v, reusing v's storage.
+func (g *ringView) snapshot(v *view) {
+	if v.members == nil {
+		v.members = make(map[string]memberInfo)
+	}
+	clear(v.members)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	maps.Copy(v.members, g.members)
+	v.shards = append(v.shards[:0], g.shards...)
+}
+
+func (g *ringView) poke() {
+	select {
+	case g.changed <- struct{}{}:
+	default:
+	}
+}
+
+// parsed is one Lease of the ring, as the view keeps it.
+type parsed struct {
+	member string // the identity, for a membership Lease
+	shard  int    // the index, for a shard Lease; -1 otherwise
+	m      memberInfo
+	s      shardInfo
+}
+
+// parse reads le as a Lease of the ring, or returns false if it is not one
+// (another ring's, a shard Lease for another shard count, a membership
+// Lease whose holder is not the identity in its name).
+func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
+	holder := ""
+	if le.Spec.HolderIdentity != nil {
+		holder = *le.Spec.HolderIdentity
+	}
+	switch le.Labels[LabelRole] {
+	case roleMember:
+		id, ok := strings.CutPrefix(le.Name, g.ring+"-member-")
+		if !ok || holder != id {
+			return parsed{}, false
+		}
+		// A Lease without acquireTime (written by an older version)
+		// counts as confirmed, as every member did then.
+		confirmed := le.Spec.AcquireTime == nil || le.Spec.RenewTime == nil ||
+			!le.Spec.AcquireTime.Equal(le.Spec.RenewTime)
+		return parsed{member: id, shard: -1, m: memberInfo{ref: refOf(le),
+			session: le.Annotations[AnnotationSession], confirmed: confirmed}}, true
+	case roleShard:
+		s, ok := strings.CutPrefix(le.Name, g.ring+"-shard-")
+		if !ok || le.Annotations[AnnotationShards] != strconv.Itoa(g.shardCount) {
+			return parsed{}, false
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n >= g.shardCount {
+			return parsed{}, false
+		}
+		var tr int32
+		if le.Spec.LeaseTransitions != nil {
+			tr = *le.Spec.LeaseTransitions
+		}
+		return parsed{shard: n, s: shardInfo{exists: true, ref: refOf(le), holder: holder,
+			session: le.Annotations[AnnotationSession], transitions: tr}}, true
+	}
+	return parsed{}, false
+}
+
+// olderRV reports whether resourceVersion a is older than b. Versions that
+// cannot be compared are not older (the newcomer wins, as in an informer).
+func olderRV(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && c < 0
+}
+
+// setLocked stores p, unless the view holds a newer version of that Lease.
+// now is when it was seen. It reports whether the change can alter a
+// decision: a shard Lease changed, or a member came, or changed session or
+// confirmation. A renewal changes only the member's version and when it
+// was seen, which the next decision reads (the loop wakes for fences at
+// fenceAt anyway): at 100 replicas the watch delivers 50 renewals a second,
+// and none of them needs a decision. g.mu must be held.
+func (g *ringView) setLocked(p parsed, now time.Time) bool {
+	if p.shard >= 0 {
+		cur := g.shards[p.shard]
+		if cur.exists && (cur.ref == p.s.ref || olderRV(p.s.ref.rv, cur.ref.rv)) {
+			return false
+		}
+		g.shards[p.shard] = p.s
+		return true
+	}
+	cur, ok := g.members[p.member]
+	if ok && (cur.ref == p.m.ref || olderRV(p.m.ref.rv, cur.ref.rv)) {
+		return false
+	}
+	p.m.at = now
+	g.members[p.member] = p.m
+	return !ok || cur.session != p.m.session || cur.confirmed != p.m.confirmed
+}
+
+// removeLocked drops the Lease p names if the view's version of it is not
+// newer than ref (the deleted version, or the delete's resourceVersion).
+// g.mu must be held.
+func (g *ringView) removeLocked(p parsed, ref leaseRef) bool {
+	if p.shard >= 0 {
+		cur := g.shards[p.shard]
+		if !cur.exists || olderRV(ref.rv, cur.ref.rv) {
+			return false
+		}
+		g.shards[p.shard] = shardInfo{}
+		return true
+	}
+	cur, ok := g.members[p.member]
+	if !ok || olderRV(ref.rv, cur.ref.rv) {
+		return false
+	}
+	delete(g.members, p.member)
+	return true
+}
+
+// apply stores a Lease the replica wrote, from the server's answer.
+func (g *ringView) apply(le *coordinationv1.Lease) {
+	g.upsert(le)
+}
+
+// shard returns shard i's Lease as the view has it.
+func (g *ringView) shard(i int) shardInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.shards[i]
+}
+
+// forget drops the membership Lease of identity at ref, which the replica
+// deleted (a fence, or its own leave).
+func (g *ringView) forget(identity string, ref leaseRef) {
+	g.mu.Lock()
+	changed := g.removeLocked(parsed{member: identity, shard: -1}, ref)
+	g.mu.Unlock()
+	if changed {
+		g.poke()
+	}
+}
+
+func (g *ringView) upsert(obj any) {
+	le, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	p, ok := g.parse(le)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	g.mu.Lock()
+	changed := g.setLocked(p, now)
+	g.mu.Unlock()
+	if changed {
+		g.poke()
+	}
+}
+
+// The cache.ReflectorStore methods, called by the reflector's goroutine.
+
+// Add applies a watch event or a Lease of the initial list.
+func (g *ringView) Add(obj any) error { g.upsert(obj); return nil }
+
+// Update applies a watch event.
+func (g *ringView) Update(obj any) error { g.upsert(obj); return nil }
+
+// Delete applies a DELETED watch event, which carries the resourceVersion
+// of the delete.
+func (g *ringView) Delete(obj any) error {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	le, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return nil
+	}
+	p, ok := g.parse(le)
+	if !ok {
+		return nil
+	}
+	g.mu.Lock()
+	changed := g.removeLocked(p, refOf(le))
+	g.mu.Unlock()
+	if changed {
+		g.poke()
+	}
+	return nil
+}
+
+// Replace installs a (re)list taken at resourceVersion listRV. A Lease the
+// view holds at a newer version than the list (the answer to a write of
+// this replica that the list predates) is kept; one missing from the list
+// and not newer than it is gone.
+func (g *ringView) Replace(items []any, listRV string) error {
+	now := time.Now()
+	members := make(map[string]memberInfo, len(items))
+	shards := make([]shardInfo, g.shardCount)
+	for _, it := range items {
+		le, ok := it.(*coordinationv1.Lease)
+		if !ok {
+			continue
+		}
+		p, ok := g.parse(le)
+		if !ok {
+			continue
+		}
+		if p.shard >= 0 {
+			shards[p.shard] = p.s
+		} else {
+			p.m.at = now
+			members[p.member] = p.m
+		}
+	}
+	g.mu.Lock()
+	for id, cur := range g.members {
+		m, ok := members[id]
+		switch {
+		case !ok && olderRV(listRV, cur.ref.rv):
+			members[id] = cur // created after the list
+		case ok && (m.ref == cur.ref || olderRV(m.ref.rv, cur.ref.rv)):
+			members[id] = cur // unchanged (keeps when it was first seen), or newer here
+		}
+	}
+	for i, cur := range g.shards {
+		if cur.exists && olderRV(cmpRV(shards[i], listRV), cur.ref.rv) {
+			shards[i] = cur
+		}
+	}
+	g.members, g.shards = members, shards
+	first := !g.isSync
+	g.isSync = true
+	g.mu.Unlock()
+	if first {
+		close(g.synced)
+	}
+	g.poke()
+	return nil
+}
+
+// cmpRV is the resourceVersion a listed shard Lease is compared at: its
+// own, or the list's if the list does not have it.
+func cmpRV(s shardInfo, listRV string) string {
+	if s.exists {
+		return s.ref.rv
+	}
+	return listRV
+}
+
+// Resync does nothing: the view has no handlers to replay to.
+func (g *ringView) Resync() error { return nil }
 
 // memberLease is our membership Lease with the given session, started at
 // start and renewed now. A join (the write that starts a session) has

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -15,19 +16,113 @@ import (
 // number of shards. Per-shard state is a slice indexed by shard; timers
 // are one per replica (the loop's, and the expire timer of the session).
 
-// tick is one period of the loop: renew, read the ring, fence the members
-// that stopped renewing, then give up or take shards towards this
-// replica's fair share.
+// The loop reads the ring from a watch, not from a LIST per period: a
+// reflector keeps r.ring (leases.go) up to date, and every change it
+// delivers wakes the loop, which decides again at once. So a member that
+// stops renewing is fenced LeaseDuration after the watch delivered its
+// last change (the loop wakes at that instant, see fenceAt), and a shard
+// released by another replica is taken at the event, not a period later.
+//
+// What a change may trigger is bounded so that the writes stay within one
+// membership write per RetryPeriod plus the writes of shards that move:
+//
+//   - the membership Lease is written only at a tick, once per period;
+//   - a shard Lease is written (acquired or released) only when the view
+//     shows it should move, conditioned on the version the view has; one
+//     that fails is not written again at that version until the next tick
+//     (a Conflict means the watch is about to deliver a newer version,
+//     which is then decided on; another failure is retried a period
+//     later);
+//   - a fence that fails is not retried at that version until the next
+//     tick either.
+//
+// A quiet ring's decisions therefore write nothing, however many renewals
+// the watch delivers.
+
+// tried records the writes that failed since the last tick, so that a
+// change of the view does not retry them at the version they failed on.
+type tried struct {
+	fence map[string]leaseRef // member → the version a fence of it failed at
+	shard []string            // shard → the resourceVersion a write failed at ("-": missing); "" none
+	// unknown[i] is the session in which an acquisition of shard i got
+	// no answer: it may have landed. Only such a shard is taken as held
+	// when the view shows it names this replica's session (adopt): any
+	// other Lease that names the session is a version from before this
+	// replica released it, not yet superseded in the view.
+	unknown []string
+}
+
+func newTried(shards int) tried {
+	return tried{fence: make(map[string]leaseRef), shard: make([]string, shards), unknown: make([]string, shards)}
+}
+
+func (t *tried) reset() {
+	clear(t.fence)
+	clear(t.shard)
+}
+
+// versionOf names the version of shard Lease s a write is conditioned on.
+func versionOf(s shardInfo) string {
+	if !s.exists {
+		return "-"
+	}
+	return s.ref.rv
+}
+
+// watchRing starts the watch of the ring's Leases and waits until its
+// first list is in. It returns a function that stops the watch and waits
+// for it, and false if ctx ended first.
+func (r *Replica) watchRing(ctx context.Context) (stop func(), synced bool) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { r.ring.watch(wctx, r.cfg.Client, r.cfg.Namespace) })
+	stop = func() {
+		cancel()
+		wg.Wait()
+	}
+	select {
+	case <-r.ring.synced:
+		return stop, true
+	case <-ctx.Done():
+		return stop, false
+	}
+}
+
+// tick is one period of the loop: renew, then decide on the ring as the
+// watch has it.
 func (r *Replica) tick(api context.Context) {
 	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
 	defer cancel()
+	r.tried.reset()
 	r.renew(ctx)
-	v, err := r.list(ctx)
-	if err != nil {
+	r.decide(ctx, true)
+}
+
+// react decides between ticks, when the ring changed or a fence is due; a
+// wake-up for anything else (a run returned) decides nothing.
+func (r *Replica) react(api context.Context, now time.Time, changed bool) {
+	if !changed && (r.fenceAt.IsZero() || now.Before(r.fenceAt)) {
 		return
 	}
-	now := time.Now()
-	r.fence(ctx, v, now)
+	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
+	defer cancel()
+	r.decide(ctx, false)
+}
+
+// decide fences the members that stopped renewing, brings the local shard
+// states in line with the ring, then gives up or takes shards towards this
+// replica's fair share. At a tick it also counts the tick for a newcomer's
+// wait (see plan).
+func (r *Replica) decide(ctx context.Context, tick bool) {
+	// The changes that led here are all in the copy taken now; drop the
+	// pending poke so that they do not wake the loop again.
+	select {
+	case <-r.ring.changed:
+	default:
+	}
+	v := &r.v
+	r.ring.snapshot(v)
+	r.fence(ctx, v, time.Now())
 	if !r.adopt(v) {
 		return
 	}
@@ -37,7 +132,9 @@ func (r *Replica) tick(api context.Context) {
 	if !alive || r.leaving {
 		return
 	}
-	r.aliveFor++
+	if tick {
+		r.aliveFor++
+	}
 	r.plan(ctx, v, session)
 }
 
@@ -95,6 +192,7 @@ func (r *Replica) renew(ctx context.Context) {
 		return
 	}
 	r.member = refOf(out)
+	r.ring.apply(out)
 	now := time.Now()
 	deadline := sent.Add(r.cfg.RenewDeadline)
 	r.mu.Lock()
@@ -161,44 +259,56 @@ func (r *Replica) memberGone(ctx context.Context, err error) bool {
 	return false
 }
 
-// fence deletes the membership Lease of every other member whose
-// resourceVersion has not changed for LeaseDuration (ownership case 3),
+// fence deletes the membership Lease of every other member whose Lease
+// the watch has not shown changing for LeaseDuration (ownership case 3),
 // and drops it from v: its shards are free. The delete is conditioned on
 // the UID and resourceVersion seen, as the member's renewals are, so
 // exactly one of the two wins: a member whose renewal wins keeps its
-// Lease, and this replica sees the new version next time; a renewal that
-// comes after the fence is refused, and cannot re-create the Lease.
+// Lease, and the watch delivers the new version; a renewal that comes
+// after the fence is refused, and cannot re-create the Lease. It sets
+// r.fenceAt to the next instant a fence may be due.
+//
+// LeaseDuration is counted from when this replica first saw the version
+// (memberInfo.at), never from the Lease's renewTime: that is the
+// holder's clock, and the timing argument needs only that the version was
+// written before it was seen, which a watch (or a list) guarantees.
 func (r *Replica) fence(ctx context.Context, v *view, now time.Time) {
-	for id := range r.seen {
-		if _, ok := v.members[id]; !ok {
-			delete(r.seen, id)
-		}
-	}
+	r.fenceAt = time.Time{}
 	for id, m := range v.members {
 		if id == r.cfg.Identity {
 			continue
 		}
-		o, ok := r.seen[id]
-		if !ok || o.ref != m.ref {
-			r.seen[id] = observed{ref: m.ref, at: now}
+		if due := m.at.Add(r.cfg.LeaseDuration); now.Before(due) {
+			if r.fenceAt.IsZero() || due.Before(r.fenceAt) {
+				r.fenceAt = due
+			}
 			continue
 		}
-		if now.Sub(o.at) < r.cfg.LeaseDuration {
+		if ref, ok := r.tried.fence[id]; ok && ref == m.ref {
 			continue
 		}
 		err := r.deleteMemberOf(ctx, id, m.ref)
 		if err == nil || apierrors.IsNotFound(err) {
 			delete(v.members, id)
-			delete(r.seen, id)
+			r.ring.forget(id, m.ref)
+			continue
 		}
+		r.tried.fence[id] = m.ref
 	}
 }
 
 // adopt brings the local shard states in line with v: a shard Lease that
-// names this replica's session is held (after a write whose answer was
-// lost), and a held shard whose Lease names someone else is dropped (which
-// the protocol never lets happen while the session is alive). It returns
-// false, after ending the session, if v shows the session is over.
+// names this replica's session, after an acquisition whose answer was
+// lost, is held; and a held or draining shard whose Lease names someone
+// else (or no one) is dropped (which the protocol never lets happen to an
+// active shard while the session is alive; a draining one is dropped so
+// when its release's answer was lost). It returns false, after ending the
+// session, if v shows the session is over.
+//
+// Only a shard whose acquisition got no answer is taken from the view: a
+// view behind the server may still show the version of a shard Lease from
+// before this replica released it, naming its session, and taking that
+// for held would run keys of a shard another replica may have acquired.
 func (r *Replica) adopt(v *view) bool {
 	me, present := v.members[r.cfg.Identity]
 	r.mu.Lock()
@@ -209,17 +319,19 @@ func (r *Replica) adopt(v *view) bool {
 	}
 	now := time.Now()
 	for i := range v.shards {
-		r.shardRef[i] = v.shards[i].ref
 		mine := r.alive && v.shards[i].holder == r.cfg.Identity && v.shards[i].session == r.session
+		lost := mine && r.tried.unknown[i] == r.session
 		st := &r.state[i]
 		switch {
 		case !mine && st.state != shardFree:
 			st.state = shardFree
 			r.cancelShardLocked(i, ErrLeaseLost)
-		case mine && st.state == shardFree && !r.leaving:
+		case lost && st.state == shardFree && !r.leaving:
 			st.state = shardActive
-		case mine && st.state == shardFree && r.leaving:
+			r.tried.unknown[i] = ""
+		case lost && st.state == shardFree && r.leaving:
 			*st = shard{state: shardDraining, inflight: st.inflight, graceEnd: now}
+			r.tried.unknown[i] = ""
 		}
 	}
 	r.mu.Unlock()
@@ -336,6 +448,9 @@ func (r *Replica) plan(ctx context.Context, v *view, session string) {
 		return
 	}
 	for _, i := range free[offset:min(len(free), offset+want)] {
+		if r.tried.shard[i] == versionOf(v.shards[i]) {
+			continue // failed at this version: wait for a newer one, or the next tick
+		}
 		r.acquire(ctx, i, v.shards[i], session)
 	}
 }
@@ -354,9 +469,15 @@ func (r *Replica) acquire(ctx context.Context, i int, s shardInfo, session strin
 		out, err = leases.Update(ctx, s.ref.on(lease), metav1.UpdateOptions{})
 	}
 	if err != nil {
-		return // someone else was faster, or the API failed: next tick
+		// Someone else was faster (the watch brings its version), or the
+		// API failed, maybe after the write landed.
+		r.tried.shard[i] = versionOf(s)
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			r.tried.unknown[i] = session
+		}
+		return
 	}
-	r.shardRef[i] = refOf(out)
+	r.ring.apply(out)
 	r.mu.Lock()
 	if r.alive && r.session == session && !r.leaving && r.state[i].state == shardFree {
 		r.state[i] = shard{state: shardActive, inflight: r.state[i].inflight}
@@ -386,6 +507,7 @@ func (r *Replica) progress(api context.Context) time.Time {
 	var release []int
 	var wakeAt time.Time
 	r.mu.Lock()
+	session := r.session
 	for i := range r.state {
 		s := &r.state[i]
 		switch {
@@ -409,21 +531,30 @@ func (r *Replica) progress(api context.Context) time.Time {
 	defer cancel()
 	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
 	for _, i := range release {
-		if !r.shardRef[i].known() {
+		s := r.ring.shard(i)
+		// Release only the version that names this replica's session.
+		// The view may have moved on since the shard began draining (our
+		// session ended and another replica took the shard, or a release
+		// whose answer was lost landed): emptying that version would take
+		// the shard from its new holder. adopt frees the shard then.
+		if !s.exists || s.holder != r.cfg.Identity || s.session != session || r.tried.shard[i] == versionOf(s) {
 			continue
 		}
 		lease := r.shardLease(i, "", "", 0, now)
 		lease.Spec.AcquireTime = nil
-		out, err := leases.Update(ctx, r.shardRef[i].on(lease), metav1.UpdateOptions{})
-		switch {
-		case err == nil:
-			r.shardRef[i] = refOf(out)
-		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			// Changed or deleted under us (a deleted Lease answers
-			// 409 too, for the UID): the session must be over.
-		default:
-			continue // retried after the next tick
+		out, err := leases.Update(ctx, s.ref.on(lease), metav1.UpdateOptions{})
+		if err != nil {
+			// Changed or deleted under us (a deleted Lease answers 409
+			// too, for the UID): the session is over, or this is our own
+			// earlier release whose answer was lost. Either way the
+			// watch brings the newer version, and adopt frees the shard
+			// then: freeing it now, while the view may still show the
+			// version that names us, would let adopt take it back.
+			// Another failure is retried after the next tick.
+			r.tried.shard[i] = versionOf(s)
+			continue
 		}
+		r.ring.apply(out)
 		r.mu.Lock()
 		if r.state[i].state == shardDraining {
 			r.state[i].state = shardFree

@@ -123,7 +123,8 @@ type Config struct {
 	// a cancelled handler takes to return. Zero means DefaultRenewDeadline.
 	RenewDeadline time.Duration
 	// RetryPeriod is the period of the replica's loop: it renews its
-	// membership Lease and reads the ring once per period. Each period
+	// membership Lease once per period (it watches the ring, and acts on
+	// a change when the watch delivers it, not at the period). Each period
 	// is RetryPeriod plus a jitter of up to a tenth of it (and of half
 	// of RenewDeadline − RetryPeriod), so that replicas started together
 	// do not write in lockstep; the loop never runs more often than once
@@ -181,7 +182,8 @@ type Config struct {
 //     only once every run of the old session has returned.
 //  3. Another replica fences the holder, deleting its membership Lease on
 //     the condition that its UID and resourceVersion are still the ones it
-//     saw LeaseDuration ago. The holder's renewal, if any, is conditioned
+//     first saw LeaseDuration ago (when its watch delivered them). The
+//     holder's renewal, if any, is conditioned
 //     on the same UID and resourceVersion (without the UID, a renewal that
 //     reached the API server after the fence would re-create the Lease:
 //     Leases allow create-on-update), so exactly one of the two succeeds:
@@ -199,6 +201,16 @@ type Config struct {
 // therefore never take a shard, holds no share for long: either its Lease
 // stops changing and case 3 fences it, or its joins land, free its old
 // shards (case 2) and get no share (issue #14).
+//
+// The replica sees the ring through a watch, which may lag behind the
+// server or restart with a relist; none of this rests on the view being
+// fresh. Every write carries the UID and resourceVersion of the version it
+// was decided on, so the server refuses it once that version is gone; the
+// facts that free a shard (its holder's membership Lease deleted, or
+// naming another session) never become false again, so a decision on an
+// old view that they hold is still right, or its write is refused; and a
+// watch delivers a version only after its write was sent, which is all
+// case 3 needs of "first saw".
 //
 // Case 3 rests on the timing assumption of client-go's leader election:
 // clocks advance at nearly the same rate, and LeaseDuration − RenewDeadline
@@ -242,14 +254,18 @@ type Replica struct {
 	// Handler under mu, written by the loop under mu).
 	leaving bool
 
+	// ring is the ring's Leases as the watch delivers them (leases.go).
+	ring *ringView
+
 	// Touched only by the loop goroutine (Run).
-	expire   *time.Timer         // calls lose at deadline
-	member   leaseRef            // our membership Lease as last written or read; zero if unknown
-	seen     map[string]observed // other members: last resourceVersion seen and when
-	shardRef []leaseRef          // each shard Lease as last seen; zero if missing
-	prev     []int               // the active shards at the last sync
-	aliveFor int                 // ticks since the session began
-	jitter   *rand.Rand          // draws each period's jitter (see period)
+	expire   *time.Timer // calls lose at deadline
+	member   leaseRef    // our membership Lease as last written or read; zero if unknown
+	v        view        // the ring for the decision being taken (a copy of ring)
+	fenceAt  time.Time   // the next time a member may be fenced; zero if none
+	tried    tried       // writes that failed since the last tick (see decide)
+	prev     []int       // the active shards at the last sync
+	aliveFor int         // ticks since the session began
+	jitter   *rand.Rand  // draws each period's jitter (see period)
 	// sessionStart is when the join that started the session was sent:
 	// the acquireTime of every renewal of the session.
 	sessionStart time.Time
@@ -273,11 +289,6 @@ type shard struct {
 type run struct {
 	shard  int
 	cancel context.CancelCauseFunc
-}
-
-type observed struct {
-	ref leaseRef
-	at  time.Time
 }
 
 // Errors given as the cause of a cancelled run's context.
@@ -345,16 +356,16 @@ func New(cfg Config) (*Replica, error) {
 		return nil, errors.New("sharding: negative GracePeriod")
 	}
 	r := &Replica{
-		cfg:      cfg,
-		field:    cfg.Field,
-		shards:   cfg.Shards,
-		wake:     make(chan struct{}, 1),
-		state:    make([]shard, cfg.Shards),
-		runs:     make(map[uint64]run),
-		gone:     make(map[string]int),
-		seen:     make(map[string]observed),
-		shardRef: make([]leaseRef, cfg.Shards),
-		filled:   make([]bool, cfg.Shards),
+		cfg:    cfg,
+		field:  cfg.Field,
+		shards: cfg.Shards,
+		wake:   make(chan struct{}, 1),
+		state:  make([]shard, cfg.Shards),
+		runs:   make(map[uint64]run),
+		gone:   make(map[string]int),
+		ring:   newRingView(cfg.Name, cfg.Shards),
+		tried:  newTried(cfg.Shards),
+		filled: make([]bool, cfg.Shards),
 		// Seeded by the replica's identity: distinct replicas drift
 		// apart, and a test in simulated time replays the same periods.
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
@@ -672,7 +683,8 @@ func (r *Replica) eventHandler() cache.ResourceEventHandler {
 // empties them of those it releases, enqueues every object of a gained
 // shard once the informers have synced it and removes the keys of a shard
 // it gives up. It runs the primary informer when it was built from
-// Config.ListerWatcher.
+// Config.ListerWatcher. It first waits for the first list of the ring's
+// Leases, which it then watches.
 //
 // When ctx ends, Run leaves gracefully (unless Config.SkipRelease): it
 // stops admitting keys, drains and releases its shards (at most
@@ -703,6 +715,11 @@ func (r *Replica) Run(ctx context.Context) error {
 			<-stopped
 		}()
 	}
+	stopWatch, synced := r.watchRing(ctx)
+	defer stopWatch()
+	if !synced {
+		return nil
+	}
 
 	api := context.WithoutCancel(ctx)
 	defer func() {
@@ -715,6 +732,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		changed := false
 		select {
 		case <-done:
 			done = nil
@@ -725,11 +743,15 @@ func (r *Replica) Run(ctx context.Context) error {
 			r.leave()
 		case <-timer.C:
 		case <-r.wake:
+		case <-r.ring.changed:
+			changed = true
 		}
 		now := time.Now()
 		if !now.Before(next) {
 			next = now.Add(r.period())
 			r.tick(api)
+		} else {
+			r.react(api, now, changed)
 		}
 		r.sync() // before progress: keys are removed before a release
 		wakeAt := r.progress(api)
@@ -745,6 +767,9 @@ func (r *Replica) Run(ctx context.Context) error {
 		if wakeAt.IsZero() || next.Before(wakeAt) {
 			wakeAt = next
 		}
+		if !r.fenceAt.IsZero() && r.fenceAt.Before(wakeAt) {
+			wakeAt = r.fenceAt
+		}
 		timer.Reset(time.Until(wakeAt))
 	}
 }
@@ -752,7 +777,7 @@ func (r *Replica) Run(ctx context.Context) error {
 // period returns the time to the next tick: RetryPeriod plus a jitter
 // drawn from [0, RetryPeriod/10], capped at half of RenewDeadline −
 // RetryPeriod so that a period stays well inside RenewDeadline. Replicas
-// started together would otherwise renew and LIST at the same instants
+// started together would otherwise renew at the same instants
 // for as long as they run; the jitter spreads their requests over the
 // period. It only lengthens
 // the period, so the loop still writes at most one membership Lease per

@@ -7,12 +7,17 @@
 // Lease that does not exist creates it, unless it carries a UID. Cases is
 // the table of writes that pins this, run against the Store and against a
 // real API server. The Store also counts writes and can cut a replica off
-// (its writes fail), for tests and examples of the sharding package.
+// (its writes fail), for tests and examples of the sharding package. It
+// serves WATCH as the API server does (watch.go): events in
+// resourceVersion order from any resourceVersion it still has, 410 Gone
+// from one it has not, bookmarks and timeouts; and it counts requests by
+// verb.
 package fakeleases
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -24,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
@@ -63,6 +69,16 @@ type Store struct {
 	cut     map[string]bool
 	lossy   map[string]Loss // LoseResponses
 	onWrite func(identity string, verb string, lease *coordinationv1.Lease, err error)
+
+	// requests counts every request by identity and verb (get, list,
+	// watch, create, update, delete), failed ones included.
+	requests map[string]map[string]int64
+
+	// Watches (watch.go).
+	history   []change // the last HistoryLimit changes, in resourceVersion order
+	compacted int64    // changes up to this resourceVersion are gone from history
+	watchers  map[*watcher]struct{}
+	held      map[string]bool // HoldWatches
 }
 
 // New returns an empty Store.
@@ -72,6 +88,10 @@ func New() *Store {
 		writes: make(map[string]int64),
 		cut:    make(map[string]bool),
 		lossy:  make(map[string]Loss),
+
+		requests: make(map[string]map[string]int64),
+		watchers: make(map[*watcher]struct{}),
+		held:     make(map[string]bool),
 	}
 }
 
@@ -94,7 +114,47 @@ func (s *Store) Clientset(identity string, objs ...runtime.Object) *fake.Clients
 		}
 		return true, obj, err
 	})
+	cs.PrependWatchReactor("leases", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.countLocked(identity, "watch")
+		if s.lossy[identity] == LoseAll {
+			return true, nil, ErrResponseLost
+		}
+		w, err := s.watchLocked(identity, a.(clienttesting.WatchAction))
+		return true, w, err
+	})
 	return cs
+}
+
+func (s *Store) countLocked(identity, verb string) {
+	m := s.requests[identity]
+	if m == nil {
+		m = make(map[string]int64)
+		s.requests[identity] = m
+	}
+	m[verb]++
+}
+
+// Requests returns the number of Lease requests identity made, by verb
+// (get, list, watch, create, update, delete), failed ones included.
+func (s *Store) Requests(identity string) map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.requests[identity])
+}
+
+// TotalRequests returns the number of Lease requests everyone made, by verb.
+func (s *Store) TotalRequests() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64)
+	for _, m := range s.requests {
+		for v, n := range m {
+			out[v] += n
+		}
+	}
+	return out
 }
 
 // CutOff makes the writes of identity fail with ErrCutOff (cut true) or
@@ -114,6 +174,11 @@ func (s *Store) LoseResponses(identity string, loss Loss) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lossy[identity] = loss
+	for w := range s.watchers {
+		if w.identity == identity {
+			w.poke()
+		}
+	}
 }
 
 func (s *Store) loss(identity string) Loss {
@@ -180,6 +245,7 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ns := a.GetNamespace()
+	s.countLocked(identity, a.GetVerb())
 	switch a.GetVerb() {
 	case "get":
 		name := a.(clienttesting.GetAction).GetName()
@@ -286,6 +352,7 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 		l.UID = cur.UID
 		l.CreationTimestamp = cur.CreationTimestamp
 		s.leases[k] = l
+		s.recordLocked(watch.Modified, cur, l)
 		stored = l
 		return l.DeepCopy(), nil
 	default: // delete
@@ -307,6 +374,8 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 			}
 		}
 		delete(s.leases, k)
+		s.rv++ // as etcd's revision: a watch sees the delete at a new resourceVersion
+		s.recordLocked(watch.Deleted, cur, nil)
 		return cur.DeepCopy(), nil
 	}
 }
@@ -327,5 +396,6 @@ func (s *Store) createLocked(k types.NamespacedName, l *coordinationv1.Lease) *c
 	l.UID = types.UID("lease-" + l.ResourceVersion)
 	l.CreationTimestamp = metav1.Now()
 	s.leases[k] = l
+	s.recordLocked(watch.Added, nil, l)
 	return l
 }
