@@ -22,8 +22,10 @@ import (
 )
 
 // The proof's data set: issue #26 asks for 20,000 ConfigMaps of about
-// 1 KiB under 64 shards. -proof.objects makes it smaller while developing.
-var proofObjects = flag.Int("proof.objects", 20000, "ConfigMaps in the data set of the sharded-cache proof")
+// 1 KiB under 64 shards; that is the measurement (-proof.objects=20000).
+// CI runs 4,000, the same scenarios and checks on a fifth of the objects,
+// to fit its time budget on two shared cores under -race.
+var proofObjects = flag.Int("proof.objects", 4000, "ConfigMaps in the data set of the sharded-cache proof (the measurement: 20000)")
 
 const (
 	proofShards = 64

@@ -52,9 +52,11 @@ func TestShardedCacheHeap(t *testing.T) {
 					Ring:          "heap",
 					Identity:      fmt.Sprintf("r%d", i),
 					Shards:        proofShards,
-					LeaseDuration: proofLeaseDuration,
-					RenewDeadline: proofRenewDeadline,
-					RetryPeriod:   proofRetryPeriod,
+					// Twice the in-process ring's periods: nine
+					// processes under -race share the machine.
+					LeaseDuration: 2 * proofLeaseDuration,
+					RenewDeadline: 2 * proofRenewDeadline,
+					RetryPeriod:   2 * proofRetryPeriod,
 					GracePeriod:   proofGracePeriod,
 					Share:         proofShards / proofReplicas,
 				}))
@@ -70,7 +72,7 @@ func TestShardedCacheHeap(t *testing.T) {
 			}
 			// A child that never balances would block its measure:
 			// kill them all after a while, which ends every measure.
-			timeout := time.AfterFunc(3*time.Minute, func() {
+			timeout := time.AfterFunc(5*time.Minute, func() {
 				for _, c := range children {
 					_ = c.cmd.Process.Kill()
 				}

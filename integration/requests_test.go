@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // requestCounter counts the requests a set of clients sends, by verb and
@@ -15,21 +16,37 @@ import (
 // test's own reads and writes go through other clients and are not
 // counted. A watch counts once, when it is opened.
 type requestCounter struct {
-	mu     sync.Mutex // protects counts
-	counts map[string]int
+	mu      sync.Mutex // protects the fields below
+	counts  map[string]int
+	slowest map[string]time.Duration // of the requests answered, watches aside
 }
 
-func newRequestCounter() *requestCounter { return &requestCounter{counts: map[string]int{}} }
+func newRequestCounter() *requestCounter {
+	return &requestCounter{counts: map[string]int{}, slowest: map[string]time.Duration{}}
+}
 
 // wrap is a rest.Config.WrapTransport that counts every request sent
 // through rt (also those a link later fails: they were attempted).
 func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		verb, resource := classify(req)
+		what := verb + " " + resource
 		c.mu.Lock()
-		c.counts[verb+" "+resource]++
+		c.counts[what]++
 		c.mu.Unlock()
-		return rt.RoundTrip(req)
+		start := time.Now()
+		resp, err := rt.RoundTrip(req)
+		if took := time.Since(start); err == nil && verb != "WATCH" {
+			c.mu.Lock()
+			c.slowest[what] = max(c.slowest[what], took)
+			c.mu.Unlock()
+		}
+		if err == nil && resp.StatusCode >= 300 {
+			c.mu.Lock()
+			c.counts[fmt.Sprintf("%s answered %d", what, resp.StatusCode)]++
+			c.mu.Unlock()
+		}
+		return resp, err
 	})
 }
 
@@ -39,7 +56,16 @@ func (c *requestCounter) reset() map[string]int {
 	defer c.mu.Unlock()
 	old := c.counts
 	c.counts = map[string]int{}
+	c.slowest = map[string]time.Duration{}
 	return old
+}
+
+// slowestLeaseWrite returns the longest a Lease write took to be answered
+// since the last reset.
+func (c *requestCounter) slowestLeaseWrite() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return max(c.slowest["CREATE leases"], c.slowest["UPDATE leases"], c.slowest["DELETE leases"])
 }
 
 // format prints counts sorted by name.

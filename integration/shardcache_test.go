@@ -44,7 +44,8 @@ const (
 	proofSettleTimeout = time.Minute
 	proofWork          = time.Millisecond
 	proofWorkers       = 4
-	pokeEvery          = 2 * time.Millisecond
+	pokeEvery          = 20 * time.Millisecond
+	churnEvery         = 20 * time.Millisecond
 )
 
 // TestShardedCache is issue #26's proof on the real server: a ring of 8
@@ -56,9 +57,10 @@ const (
 // in the replica).
 //
 // The replicas start together, then one leaves gracefully, one joins, one
-// is killed (no release: the others wait out its Lease and fence it), and
-// one is cut off from its Leases (its cache still receives events) and
-// healed, while objects keep changing. Every handler checks in and out of
+// is killed (no release: the others wait out its Lease and fence it), one
+// is cut off from its Leases (its cache still receives events) and
+// healed, and one more joins (8 replicas again), while objects keep
+// changing. Every handler checks in and out of
 // a tracker shared by the replicas, and reads its object from the
 // replica's own cache (Replica.Informer). Besides the keys of their own
 // informer's events, every replica's queue is handed random keys of the
@@ -106,6 +108,8 @@ func TestShardedCache(t *testing.T) {
 			g.step("r2 cut off from its Leases (takeover)", func() time.Duration { return g.settle("r2") })
 			g.replicas["r2"].link.set(linkUp)
 			g.step("r2 healed", func() time.Duration { return g.settle("") })
+			g.join("r9")
+			g.step("r9 joins", func() time.Duration { return g.settle("") })
 			g.checkCaches()
 			g.quiet(*proofQuiet)
 			g.stopAll()
@@ -177,10 +181,10 @@ func newProofRing(t *testing.T, d *dataset, mode string) *proofRing {
 	return g
 }
 
-// keepChanging updates a random object every 5 ms until stopCh is closed,
+// keepChanging updates a random object every churnEvery until stopCh is closed,
 // and records the resourceVersion the server gave it.
 func (g *proofRing) keepChanging() {
-	tick := time.NewTicker(5 * time.Millisecond)
+	tick := time.NewTicker(churnEvery)
 	defer tick.Stop()
 	for v := 1; ; v++ {
 		select {
@@ -361,8 +365,9 @@ func (g *proofRing) step(what string, settle func() time.Duration) {
 	g.t.Helper()
 	took := settle()
 	converged := g.converge()
-	g.t.Logf("FIGURES filter=%s %s: settled in %v, every object reconciled by its holder %v later; requests: %s",
-		g.mode, what, took.Round(time.Millisecond), converged.Round(time.Millisecond), formatCounts(g.count.reset()))
+	slowest := g.count.slowestLeaseWrite()
+	g.t.Logf("FIGURES filter=%s %s: settled in %v, every object reconciled by its holder %v later; requests: %s; slowest Lease write %v",
+		g.mode, what, took.Round(time.Millisecond), converged.Round(time.Millisecond), formatCounts(g.count.reset()), slowest.Round(time.Millisecond))
 }
 
 // settle waits until the live replicas other than except (cut off, which
@@ -378,7 +383,8 @@ func (g *proofRing) settle(except string) time.Duration {
 		}
 		if time.Since(start) > proofSettleTimeout {
 			g.dumpLeases()
-			g.t.Fatalf("the ring did not settle in %v: %s; the replicas' requests: %s", proofSettleTimeout, why, formatCounts(g.count.reset()))
+			slowest := g.count.slowestLeaseWrite()
+			g.t.Fatalf("the ring did not settle in %v: %s; the replicas' requests: %s; slowest Lease write %v", proofSettleTimeout, why, formatCounts(g.count.reset()), slowest)
 		}
 		select {
 		case <-g.ctx.Done():
