@@ -64,23 +64,18 @@ func TestShardedCacheHeap(t *testing.T) {
 			if mode == "server" {
 				children = append(children, startChild(t, childSpec{Role: "unsharded", LabelSelector: d.selector()}))
 			}
-			reports := make([]childReport, len(children))
-			errs := make([]error, len(children))
-			var wg sync.WaitGroup
-			for i, c := range children {
-				wg.Go(func() { reports[i], errs[i] = c.measure() })
-			}
-			// A child that never balances would block its measure:
-			// kill them all after a while, which ends every measure.
-			timeout := time.AfterFunc(5*time.Minute, func() {
-				for _, c := range children {
-					_ = c.cmd.Process.Kill()
+			// Each child answers once it holds its share and has synced
+			// it, each at its own moment, so a shard may still move
+			// between two answers: measure all again until the answers
+			// of one round agree (shards disjoint and covering the ring).
+			var reports []childReport
+			for round := 1; ; round++ {
+				reports = measureAll(t, children)
+				why := disjoint(reports)
+				if why == "" {
+					break
 				}
-			})
-			wg.Wait()
-			timeout.Stop()
-			for i, err := range errs {
-				require.NoError(t, err, "child %d: %s", i, children[i].stderr.String())
+				require.Less(t, round, 5, "the children's answers disagree after %d rounds: %s", round, why)
 			}
 
 			var figures []string
@@ -109,4 +104,49 @@ func TestShardedCacheHeap(t *testing.T) {
 				proofReplicas, proofShards, d.objects, mode, float64(reports[0].Baseline)/(1<<20), strings.Join(figures, "; "))
 		})
 	}
+}
+
+// measureAll asks every child to measure and returns their answers, in the
+// order of children.
+func measureAll(t *testing.T, children []*child) []childReport {
+	t.Helper()
+	reports := make([]childReport, len(children))
+	errs := make([]error, len(children))
+	var wg sync.WaitGroup
+	for i, c := range children {
+		wg.Go(func() { reports[i], errs[i] = c.measure() })
+	}
+	// A child that never balances would block its measure: kill them
+	// all after a while, which ends every measure.
+	timeout := time.AfterFunc(5*time.Minute, func() {
+		for _, c := range children {
+			_ = c.cmd.Process.Kill()
+		}
+	})
+	wg.Wait()
+	timeout.Stop()
+	for i, err := range errs {
+		require.NoError(t, err, "child %d: %s", i, children[i].stderr.String())
+	}
+	return reports
+}
+
+// disjoint describes how the replicas' answers disagree (a shard held by
+// two, or by none), or returns "".
+func disjoint(reports []childReport) string {
+	holder := make([]string, proofShards)
+	for _, rep := range reports {
+		for _, s := range rep.Shards {
+			if holder[s] != "" {
+				return fmt.Sprintf("shard %d held by %s and %s", s, holder[s], rep.Identity)
+			}
+			holder[s] = rep.Identity
+		}
+	}
+	for s, h := range holder {
+		if h == "" {
+			return fmt.Sprintf("shard %d held by no one", s)
+		}
+	}
+	return ""
 }
