@@ -41,7 +41,7 @@ const (
 	proofRenewDeadline = 4 * time.Second
 	proofRetryPeriod   = 500 * time.Millisecond
 	proofGracePeriod   = time.Second
-	proofSettleTimeout = time.Minute
+	proofSettleTimeout = 2 * time.Minute
 	proofWork          = time.Millisecond
 	proofWorkers       = 4
 	pokeEvery          = 20 * time.Millisecond
