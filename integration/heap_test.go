@@ -15,7 +15,7 @@ import (
 // proofReplicas is N of the proof: 8 replicas share the 64 shards.
 const proofReplicas = 8
 
-// TestShardedCacheHeap measures what each replica of a balanced ring of
+// TestShardedCacheProofHeap measures what each replica of a balanced ring of
 // 8 replicas, 64 shards, caches of the 20,000-object data set, and its
 // heap, each replica in a process of its own (see child_test.go), against
 // one unsharded informer caching everything, also in its own process.
@@ -32,7 +32,7 @@ const proofReplicas = 8
 // after two collections, minus the child's baseline (the same measure
 // before it built anything: the test binary's own packages and the API
 // server's code linked into it, about the same in every child).
-func TestShardedCacheHeap(t *testing.T) {
+func TestShardedCacheProofHeap(t *testing.T) {
 	d := proofDataset(t)
 	perShard := d.perShard()
 	admin, err := kubernetes.NewForConfig(server.restConfig())
