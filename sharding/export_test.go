@@ -11,8 +11,13 @@ func MergeRanges(r *Replica) {
 	r.primary.mu.Unlock()
 }
 
-// DebugState describes r's primary informer, for test failures.
+// DebugState describes r's primary informer (the shards it keeps, target,
+// against those r admits), for test failures.
 func DebugState(r *Replica) string {
+	admitted := r.Shards()
+	r.mu.Lock()
+	alive := r.alive
+	r.mu.Unlock()
 	inf := r.primary
 	inf.mu.Lock()
 	defer inf.mu.Unlock()
@@ -20,5 +25,5 @@ func DebugState(r *Replica) string {
 	for s := range inf.loops {
 		loops = append(loops, s)
 	}
-	return fmt.Sprintf("mode %v decided %v target %v synced %v loops %v objects %d", inf.mode, inf.decided, inf.target, inf.synced, loops, len(inf.indexer.ListKeys()))
+	return fmt.Sprintf("alive %v admitted %v mode %v decided %v target %v synced %v loops %v objects %d", alive, admitted, inf.mode, inf.decided, inf.target, inf.synced, loops, len(inf.indexer.ListKeys()))
 }

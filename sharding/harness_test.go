@@ -387,10 +387,14 @@ func (rg *ring) stop(id string) {
 	}
 }
 
+// stopAll stops every replica, then the fake API server: stopping one
+// replica leaves it running for the others (see fakeshards'
+// ListerWatcher.Close).
 func (rg *ring) stopAll() {
 	for _, id := range rg.ids() {
 		rg.stop(id)
 	}
+	rg.shardSrv.Close()
 }
 
 func (rg *ring) ids() []string {

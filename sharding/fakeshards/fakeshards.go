@@ -73,6 +73,9 @@ type Server struct {
 // concurrent use.
 type ListerWatcher struct {
 	srv *Server
+	// owns: the client was made by New, the one client of its server,
+	// and Close stops the server.
+	owns bool
 
 	mu      sync.Mutex     // protects the fields below
 	lists   map[string]int // full LISTs (no Limit) by selector
@@ -95,9 +98,12 @@ func (srv *Server) Client() *ListerWatcher {
 	return &ListerWatcher{srv: srv, lists: make(map[string]int), held: make(map[string]chan struct{})}
 }
 
-// New returns the one client of a new Server on lw (see NewServer).
+// New returns the one client of a new Server on lw (see NewServer); the
+// client's Close closes the server too.
 func New(lw cache.ListerWatcher, honour bool) *ListerWatcher {
-	return NewServer(lw, honour).Client()
+	c := NewServer(lw, honour).Client()
+	c.owns = true
+	return c
 }
 
 // Server returns the client's server.
@@ -229,24 +235,28 @@ func (srv *Server) Close() {
 	srv.stopShared()
 }
 
-// Close ends this client's watches, and stops the server if no other
-// client has a watch open.
+// Close ends this client's watches. It stops the server only when the
+// client was made by New: a client of a shared Server (Server.Client)
+// leaves it running for the others, as a replica that stops leaves the API
+// server's watch cache as it is; whoever made the Server closes it.
+//
+// (Stopping the shared server when the closing client saw no other
+// client's watch open restarted it under a client that was between a LIST
+// and its watch: that client's watch then got 410 Gone and it listed
+// again, which no real API server does when another client goes away.)
 func (f *ListerWatcher) Close() {
 	f.srv.mu.Lock()
 	var mine []*subscriber
-	others := false
 	for _, s := range f.srv.subs {
 		if s.f == f {
 			mine = append(mine, s)
-		} else {
-			others = true
 		}
 	}
 	f.srv.mu.Unlock()
 	for _, s := range mine {
 		s.Stop()
 	}
-	if !others {
+	if f.owns {
 		f.srv.stopShared()
 	}
 }
