@@ -518,8 +518,26 @@ func (inf *informer) replace(l *loop, list runtime.Object) (string, error) {
 		inf.mu.Unlock()
 		return lm.GetResourceVersion(), nil
 	}
+	// A typed LIST's items are one array, and ExtractList returns pointers
+	// into it: keeping one object would keep every object of the LIST. When
+	// the client filters (the fallback's full LIST), the kept objects are
+	// copied out, so that the others are freed with the list; when every
+	// item is kept (the server filtered), nothing is copied.
+	partial := false
+	for _, item := range items {
+		if s, ok := inf.r.ShardOfObject(item); !ok || !inf.keeps(l, s) {
+			partial = true
+			break
+		}
+	}
 	seen := make(map[string]bool, len(items))
 	for _, item := range items {
+		if partial {
+			if s, ok := inf.r.ShardOfObject(item); !ok || !inf.keeps(l, s) {
+				continue
+			}
+			item = item.DeepCopyObject()
+		}
 		obj, s, key, ok := inf.admit(l, item)
 		if !ok {
 			continue
@@ -660,7 +678,8 @@ func (inf *informer) byShard(s int) []any {
 // are documented as cheap and safe for concurrent use, so it may be called
 // under inf.mu.
 func (inf *informer) setObjects() {
-	if inf.primary {
+	// ListKeys allocates every key: only when someone reads the gauge.
+	if inf.primary && inf.r.cfg.Metrics.Objects != nil {
 		setGauge(inf.r.cfg.Metrics.Objects, float64(len(inf.indexer.ListKeys())))
 	}
 }

@@ -144,6 +144,14 @@ type Config struct {
 	// drained and released, then the membership Lease is deleted.
 	SkipRelease bool
 
+	// SkipEventKeys stops the replica from adding the keys of its
+	// informer's events to Queue: it adds only the keys of a shard it
+	// gains (once synced), and still records deleted objects' shards. Set
+	// it when the controller's own event handlers enqueue the events, with
+	// their own filters (controller-runtime's predicates: interop/crsharding
+	// sets it), so that a change those filters drop is not reconciled.
+	SkipEventKeys bool
+
 	// OnChange, if not nil, is called with the sorted shards the replica
 	// holds every time that set changes. It runs on the replica's loop
 	// goroutine, which it must not block.
@@ -674,7 +682,7 @@ func (r *Replica) eventHandler() cache.ResourceEventHandler {
 			r.gone[key] = s
 		}
 		r.mu.Unlock()
-		if ok {
+		if ok && !r.cfg.SkipEventKeys {
 			r.cfg.Queue.Add(key)
 		}
 	}

@@ -97,6 +97,9 @@ func New(cfg Config) (*Sharding, error) {
 	}
 	s := &Sharding{qcfg: cfg.Queue}
 	cfg.Ring.Queue = keyQueue{s}
+	// The controller's own source enqueues the events, through its
+	// predicates; the replica adds only a gained shard's keys.
+	cfg.Ring.SkipEventKeys = true
 	r, err := sharding.New(cfg.Ring)
 	if err != nil {
 		return nil, err

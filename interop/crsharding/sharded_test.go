@@ -24,7 +24,9 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
@@ -90,9 +92,45 @@ func testShardedControllers(t *testing.T, mode sharding.Filtering) {
 	})
 }
 
+// TestPredicatesHold: a change that the controller's predicates drop is
+// not reconciled on a sharded controller either; the replica enqueues only
+// a gained shard's keys, and controller-runtime's source the events.
+func TestPredicatesHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimRing(t, sharding.FilterServer)
+		h.preds = []predicate.Predicate{predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}}
+		h.once = true
+		h.start("r0")
+		h.balanced()
+		time.Sleep(10 * simWork)
+		synctest.Wait()
+		h.mu.Lock()
+		before := h.runs
+		h.mu.Unlock()
+		require.Positive(t, before, "the gained shards' keys are reconciled")
+		cms := h.objs.CoreV1().ConfigMaps(simNS)
+		l, err := cms.List(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, cm := range l.Items {
+			cm.Data["value"] = "dropped"
+			_, err := cms.Update(t.Context(), &cm, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		time.Sleep(10 * simWork)
+		synctest.Wait()
+		h.mu.Lock()
+		after := h.runs
+		h.mu.Unlock()
+		require.Equal(t, before, after, "updates that the predicate drops were reconciled %d times", after-before)
+		h.stopAll()
+	})
+}
+
 type simRing struct {
 	t      *testing.T
-	mode   sharding.Filtering // the fake server's: it honours ShardSelector or ignores it
+	mode   sharding.Filtering    // the fake server's: it honours ShardSelector or ignores it
+	preds  []predicate.Predicate // the controllers' predicates on their source
+	once   bool                  // reconcile returns no RequeueAfter
 	objs   *fake.Clientset
 	server *fakeshards.Server // in front of objs: the API server, as the replicas see it
 	leases *fakeleases.Store
@@ -180,7 +218,7 @@ func (h *simRing) start(id string) {
 		SkipNameValidation:      ptr.To(true),
 	}))
 	require.NoError(t, err)
-	require.NoError(t, c.Watch(&source.Informer{Informer: inf, Handler: &handler.EnqueueRequestForObject{}}))
+	require.NoError(t, c.Watch(&source.Informer{Informer: inf, Handler: &handler.EnqueueRequestForObject{}, Predicates: h.preds}))
 
 	ctlCtx, stopCt := context.WithCancel(context.Background())
 	shCtx, stopSh := context.WithCancel(context.Background())
@@ -234,6 +272,9 @@ func (h *simRing) reconcile(ctx context.Context, rep *simReplica, req reconcile.
 	h.mu.Unlock()
 	// Every key comes back on its own soon: with enough workers, nearly
 	// every key is in flight or waiting when its shard moves.
+	if h.once {
+		return reconcile.Result{}, nil
+	}
 	return reconcile.Result{RequeueAfter: simRequeue}, nil
 }
 
