@@ -539,58 +539,32 @@ func (g *proofRing) check() {
 	}
 }
 
-// proofTracker is tracker (sharding_test.go) with the reconciler's name
-// and the version it saw, and the absent keys.
+// proofTracker is tracker (sharding_test.go: invariant 1 at every
+// handler's entry and exit, failures, runs) with the reconciler's name and
+// the version it saw, and the keys handed to a reconciler while absent
+// from its cache. tracker's mutex protects the fields below too.
 type proofTracker struct {
-	mu         sync.Mutex // protects the fields below
-	running    map[string]string
-	violations []string
-	absents    []string
-	failures   []string
-	last       map[string]reconciled
-	runs       int
+	*tracker
+	absents []string
+	seen    map[string]reconciled
 }
 
 type reconciled struct{ by, rv string }
 
 func newProofTracker() *proofTracker {
-	return &proofTracker{running: map[string]string{}, last: map[string]reconciled{}}
-}
-
-func (tr *proofTracker) enter(id, key string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if other, ok := tr.running[key]; ok {
-		tr.violations = append(tr.violations, fmt.Sprintf("%s: %s started %s while %s runs it", time.Now().Format("15:04:05.000"), id, key, other))
-	}
-	tr.running[key] = id
-	tr.runs++
-}
-
-func (tr *proofTracker) exit(id, key string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if tr.running[key] == id {
-		delete(tr.running, key)
-	}
+	return &proofTracker{tracker: newTracker(), seen: map[string]reconciled{}}
 }
 
 func (tr *proofTracker) reconciled(key, id, rv string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	tr.last[key] = reconciled{by: id, rv: rv}
+	tr.seen[key] = reconciled{by: id, rv: rv}
 }
 
 func (tr *proofTracker) absent(id, key string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.absents = append(tr.absents, fmt.Sprintf("%s: %s was handed %s, absent from its cache", time.Now().Format("15:04:05.000"), id, key))
-}
-
-func (tr *proofTracker) fail(format string, args ...any) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.failures = append(tr.failures, fmt.Sprintf(format, args...))
 }
 
 // notReconciledBy returns the keys of want whose last reconciliation was
@@ -600,13 +574,13 @@ func (tr *proofTracker) notReconciledBy(want map[string]string, holder func(key 
 	defer tr.mu.Unlock()
 	var missing []string
 	for key, rv := range want {
-		if got := tr.last[key]; got.rv != rv || got.by != holder(key) {
+		if got := tr.seen[key]; got.rv != rv || got.by != holder(key) {
 			missing = append(missing, key)
 		}
 	}
 	slices.Sort(missing)
 	for i, key := range missing[:min(len(missing), 5)] {
-		got := tr.last[key]
+		got := tr.seen[key]
 		missing[i] = fmt.Sprintf("%s (last at %s by %q, want %s by %q)", key, got.rv, got.by, want[key], holder(key))
 	}
 	return missing

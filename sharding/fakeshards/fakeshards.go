@@ -200,25 +200,28 @@ func (f *ListerWatcher) Hold(selector string) (release func()) {
 // closed), as an API server does when a watch times out: clients watch
 // again from the last resourceVersion they saw, without listing.
 func (srv *Server) EndWatches() {
-	srv.mu.Lock()
-	subs := slices.Clone(srv.subs)
-	srv.mu.Unlock()
-	for _, s := range subs {
+	for _, s := range srv.watchesOf(nil) {
 		s.end()
 	}
 }
 
-// EndWatches ends this client's open watches (see Server.EndWatches).
-func (f *ListerWatcher) EndWatches() {
-	f.srv.mu.Lock()
+// watchesOf returns the open watches of client f, or of every client when
+// f is nil, copied so that they can be ended without srv.mu held.
+func (srv *Server) watchesOf(f *ListerWatcher) []*subscriber {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
 	var subs []*subscriber
-	for _, s := range f.srv.subs {
-		if s.f == f {
+	for _, s := range srv.subs {
+		if f == nil || s.f == f {
 			subs = append(subs, s)
 		}
 	}
-	f.srv.mu.Unlock()
-	for _, s := range subs {
+	return subs
+}
+
+// EndWatches ends this client's open watches (see Server.EndWatches).
+func (f *ListerWatcher) EndWatches() {
+	for _, s := range f.srv.watchesOf(f) {
 		s.end()
 	}
 }
@@ -226,10 +229,7 @@ func (f *ListerWatcher) EndWatches() {
 // Close ends every watch and stops the cache; a later request starts it
 // again, with versions from before answered 410 Gone.
 func (srv *Server) Close() {
-	srv.mu.Lock()
-	subs := slices.Clone(srv.subs)
-	srv.mu.Unlock()
-	for _, s := range subs {
+	for _, s := range srv.watchesOf(nil) {
 		s.Stop()
 	}
 	srv.stopShared()
@@ -245,15 +245,7 @@ func (srv *Server) Close() {
 // and its watch: that client's watch then got 410 Gone and it listed
 // again, which no real API server does when another client goes away.)
 func (f *ListerWatcher) Close() {
-	f.srv.mu.Lock()
-	var mine []*subscriber
-	for _, s := range f.srv.subs {
-		if s.f == f {
-			mine = append(mine, s)
-		}
-	}
-	f.srv.mu.Unlock()
-	for _, s := range mine {
+	for _, s := range f.srv.watchesOf(f) {
 		s.Stop()
 	}
 	if f.owns {
