@@ -37,6 +37,12 @@ func TestShardedCacheProofHeap(t *testing.T) {
 	perShard := d.perShard()
 	admin, err := kubernetes.NewForConfig(server.restConfig())
 	require.NoError(t, err)
+	// The unsharded informer's heap, measured beside the server-filtered
+	// ring and used as the bar of both modes: a replica that keeps an
+	// eighth of the objects must not hold the heap of all of them (the
+	// client-filtered fallback once did, 8.9 MiB against 9.0, by keeping
+	// pointers into each full LIST's array).
+	var unshardedMiB float64
 	for _, mode := range []string{"server", "client"} {
 		t.Run("filter="+mode, func(t *testing.T) {
 			if mode == "client" {
@@ -81,13 +87,16 @@ func TestShardedCacheProofHeap(t *testing.T) {
 			var figures []string
 			holder := make([]string, proofShards)
 			bound := 1.25 * float64(d.objects) / proofReplicas
+			replicaMiB := map[string]float64{}
 			for _, rep := range reports {
 				mib := float64(rep.Heap-min(rep.Baseline, rep.Heap)) / (1 << 20)
 				figures = append(figures, fmt.Sprintf("%s %d objects %.1f MiB", rep.Identity, rep.Objects, mib))
 				if rep.Identity == "unsharded" {
 					require.Equal(t, d.objects, rep.Objects, "the unsharded informer caches every object")
+					unshardedMiB = mib
 					continue
 				}
+				replicaMiB[rep.Identity] = mib
 				require.Equal(t, mode, rep.Filtering, "%s: Filtering()", rep.Identity)
 				want := 0
 				for _, s := range rep.Shards {
@@ -99,6 +108,11 @@ func TestShardedCacheProofHeap(t *testing.T) {
 				require.LessOrEqual(t, float64(rep.Objects), bound, "%s caches more than 1.25 × O/N", rep.Identity)
 			}
 			require.NotContains(t, holder, "", "every shard held by a replica")
+			if unshardedMiB > 0 { // measured (not when only filter=client runs)
+				for id, mib := range replicaMiB {
+					require.Less(t, mib, unshardedMiB/2, "%s keeps an eighth of the objects in %.1f MiB, the unsharded informer all of them in %.1f MiB", id, mib, unshardedMiB)
+				}
+			}
 			slices.Sort(figures)
 			t.Logf("FIGURES %d replicas, %d shards, %d objects, filtering on the %s; heap after GC minus the child's baseline (%.1f MiB): %s",
 				proofReplicas, proofShards, d.objects, mode, float64(reports[0].Baseline)/(1<<20), strings.Join(figures, "; "))
