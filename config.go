@@ -119,11 +119,9 @@ type Queue[T comparable] struct {
 	cond sync.Cond
 
 	prio PriorityStore[T]
-	// ghosts counts the entries that Remove left in the store, and
-	// ghostKeys how many each key has (remove.go). Only keys with ghosts
-	// are in it.
-	ghosts    int
-	ghostKeys shrinkingMap[T, int32]
+	// ghosts counts the entries that Remove left in the store; the key
+	// table's ghost column says how many each key has (remove.go).
+	ghosts int
 
 	// delay holds the waiting keys, their heap and the timer (delay.go).
 	delay delayState[T]

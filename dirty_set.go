@@ -23,6 +23,12 @@ const (
 	fDirty      uint8 = 1 << iota // a run is due now: ready, or due again at Done
 	fWaiting                      // a run is due at a deadline in the delay heap
 	fProcessing                   // handed out by Get, Done not yet called
+	// fGhost, alone, marks the entry of a key that is absent but still has
+	// ghosts in a user's Store (remove.go): the entry stays for their
+	// count (the ghost column). find reports such a key absent, and no
+	// other flag is ever set with fGhost; a key with ghosts and a state
+	// has that state's flags.
+	fGhost
 )
 
 // keyState is what the queue knows of one key, read out of the key table's

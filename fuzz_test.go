@@ -287,6 +287,9 @@ func FuzzQueue(f *testing.F) {
 				if q.ShuttingDown() != m.shut {
 					fail("queue %d: ShuttingDown = %v; model %v", i, q.ShuttingDown(), m.shut)
 				}
+				if _, err := workqueue.CheckTable(q); err != nil {
+					fail("queue %d: key table: %v", i, err)
+				}
 			}
 		}
 
@@ -320,6 +323,11 @@ func FuzzQueue(f *testing.F) {
 			}
 			if err := q.ShutDownWithDrainContext(cancelled); err != nil {
 				fail("queue %d: drain of an empty queue = %v", i, err)
+			}
+			// Nothing outlives the drain: no key, and no fGhost entry
+			// once its ghosts came out of the store.
+			if n, err := workqueue.CheckTable(q); n != 0 || err != nil {
+				fail("queue %d: key table after the drain: %d entries, %v", i, n, err)
 			}
 		}
 	})

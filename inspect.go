@@ -454,10 +454,18 @@ func (q *RateLimitingQueue[T]) requeues(keys []KeyInfo[T]) []KeyInfo[T] {
 // ghostsOf returns how many ghosts Remove left in the store for item
 // (remove.go). q.mu must be held.
 func (q *Queue[T]) ghostsOf(item T) int {
+	t := &q.tab
 	if q.ghosts == 0 {
 		return 0
 	}
-	return int(q.ghostKeys.m[item])
+	_, slot, pos := t.find(item)
+	if pos < 0 {
+		pos = t.ghostAt(slot)
+	}
+	if pos < 0 {
+		return 0
+	}
+	return int(t.ghost[pos])
 }
 
 // entriesBefore counts item's entries among the first n of the store, in

@@ -65,7 +65,12 @@ import "hash/maphash"
 //   - prioritized (from the first priority other than 0, or from the start
 //     when leveled): the priority of the key's pending run, in prio;
 //   - bounced (a queue with Debounce): a waiting key's burst, in bounce
-//     (debounce.go).
+//     (debounce.go);
+//   - ghosted (from the first ghost Remove leaves in a user's Store): how
+//     many ghosts each key has, in ghost (remove.go). A key whose only
+//     trace is its ghosts keeps an entry flagged fGhost for their count;
+//     find reports it absent, and inserting the key again takes over the
+//     slot and the count.
 //
 // A mode once on stays on: a column is not worth dropping while its table
 // holds keys, and it goes with the arrays when the table empties.
@@ -122,8 +127,11 @@ type orderedTable[T comparable] struct {
 	// the ready keys' order, so a key made ready stays where it is in the
 	// log, and head and readyEnd play no part.
 	storeOrder bool
-	seed       maphash.Seed
-	index      []uint64
+	// ghosted is set by the first ghost (storeOrder only): from then on
+	// the table keeps ghost counts.
+	ghosted bool
+	seed    maphash.Seed
+	index   []uint64
 	columns[T]
 	lv levelSet[tableLevel, *tableLevel] // leveled only: the non-empty levels (levels.go)
 
@@ -140,7 +148,8 @@ const maxLog = 1 << 31
 // find looks item up. It returns its hash (computed only when the table
 // holds keys), the index slot where it is or where it would go, and its
 // log position, or -1 if it is absent. A slot of -1 means nothing was
-// hashed.
+// hashed. The slot of an absent key is empty, unless the key has only
+// ghosts (ghostAt).
 func (t *orderedTable[T]) find(item T) (h uint32, slot, pos int) {
 	if t.live == 0 {
 		return 0, -1, -1 // nothing to find: skip the hash
@@ -154,6 +163,9 @@ func (t *orderedTable[T]) find(item T) (h uint32, slot, pos int) {
 		}
 		if uint32(e>>32) == h {
 			if p := int(uint32(e)) - 1; t.keys[p] == item {
+				if t.ghosted && t.flags[p] == fGhost {
+					return h, i, -1 // only ghosts: absent (see ghostAt)
+				}
 				return h, i, p
 			}
 		}
@@ -168,6 +180,9 @@ func (t *orderedTable[T]) insert(item T, h uint32, slot int, prio int) int {
 }
 
 // insertAs is insert with the entry's flags: fDirty (ready) or fWaiting.
+// A key that has only ghosts takes over its fGhost entry's slot and ghost
+// count, at a new position (where a user's Store keeps the order, the
+// position does not matter).
 func (t *orderedTable[T]) insertAs(item T, h uint32, slot int, f uint8, prio int) int {
 	if prio != 0 && !t.prioritized {
 		t.enablePrio()
@@ -176,12 +191,21 @@ func (t *orderedTable[T]) insertAs(item T, h uint32, slot int, f uint8, prio int
 		t.makeRoom()
 		slot = -1 // the index was rebuilt
 	}
+	if slot < 0 && t.ghosted && t.live > 0 {
+		h, slot, _ = t.find(item) // an fGhost entry may hold the key's slot
+	}
 	if slot < 0 {
 		h = uint32(maphash.Comparable(t.seed, item))
 		slot = t.emptySlot(h)
 	}
 	p := t.tail
 	t.tail++
+	if old := t.ghostAt(slot); old >= 0 {
+		var zero T
+		t.keys[old], t.flags[old] = zero, 0
+		t.ghost[p], t.ghost[old] = t.ghost[old], 0
+		t.live--
+	}
 	t.keys[p], t.flags[p] = item, f
 	t.index[slot] = uint64(h)<<32 | uint64(p+1)
 	t.live++
@@ -288,13 +312,19 @@ func (t *orderedTable[T]) promote(slot, pos int) int {
 	return t.requeue(slot, pos)
 }
 
-// remove takes the key at pos (in slot) out of the table.
+// remove takes the key at pos (in slot) out of the table. A key that has
+// ghosts leaves an fGhost entry behind for their count, until the last of
+// them is popped (remove.go).
 func (t *orderedTable[T]) remove(slot, pos int) {
 	if t.flags[pos] == fDirty {
 		t.ready--
 		if t.leveled {
 			t.unlink(pos)
 		}
+	}
+	if t.ghosted && t.ghost[pos] > 0 {
+		t.flags[pos] = fGhost
+		return
 	}
 	t.kill(slot, pos)
 	if t.live == 0 {
@@ -396,6 +426,9 @@ func (t *orderedTable[T]) compact() {
 		clear(c.next[t.tail:tail]) // a dead entry has no links
 		clear(c.prev[t.tail:tail])
 	}
+	if c.ghost != nil {
+		clear(c.ghost[t.tail:tail]) // a dead entry has no ghosts
+	}
 	clear(t.index)
 	t.reindex()
 }
@@ -476,7 +509,8 @@ func (t *orderedTable[T]) reindex() {
 // each calls yield with the position of every live entry, until yield
 // returns false: processing keys first and then the ready ones in the
 // order Get takes them, except in a leveled table, where the levels give
-// that order (eachReady) and the log does not.
+// that order (eachReady) and the log does not. An fGhost entry is passed
+// too: its flags hold no state, and every caller picks entries by state.
 func (t *orderedTable[T]) each(yield func(p int) bool) {
 	for p := range t.tail {
 		if t.flags[p] != 0 && !yield(p) {

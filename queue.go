@@ -215,14 +215,19 @@ func (q *Queue[T]) touch(item T) {
 }
 
 // pop takes the next ready key out of the Store, passing over the ghosts
-// that Remove left. q.mu must be held, the queue must have a Store and
-// q.ready() > 0.
-func (q *Queue[T]) pop() T {
-	item := q.store.Pop()
-	for q.ghosts > 0 && q.isGhost(item) {
-		item = q.store.Pop()
+// that Remove left, and returns it with its position in the key table.
+// q.mu must be held, the queue must have a Store and q.ready() > 0.
+func (q *Queue[T]) pop() (T, int) {
+	for {
+		item := q.store.Pop()
+		if q.ghosts == 0 {
+			_, _, p := q.tab.find(item)
+			return item, p
+		}
+		if p, ghost := q.popGhost(item); !ghost {
+			return item, p
+		}
 	}
-	return item
 }
 
 // ready counts the ready keys: the table's, or the Store's entries less
@@ -362,8 +367,7 @@ func (q *Queue[T]) take() (item T, prio int, waited time.Duration) {
 	if q.store == nil {
 		item, p = t.take()
 	} else {
-		item = q.pop()
-		_, _, p = t.find(item)
+		item, p = q.pop()
 		t.takeAt(p)
 	}
 	if t.timed {
@@ -371,7 +375,11 @@ func (q *Queue[T]) take() (item T, prio int, waited time.Duration) {
 		waited = time.Duration(now - t.at[p])
 		t.at[p], t.gen[p] = now, q.procs.start(item, now)
 	}
-	return item, t.prioAt(p), waited
+	prio = t.prioAt(p)
+	if q.ghosts > 0 {
+		q.settleGhosts() // the last live entry may have left only ghosts
+	}
+	return item, prio, waited
 }
 
 // Done marks item as no longer processing. If it was added again meanwhile

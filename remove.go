@@ -7,8 +7,9 @@ package workqueue
 // from the middle, and searching it would be O(n).
 //
 // So a removed ready key leaves a ghost: its entry stays in the store, the
-// queue counts it (ghosts, and per key in ghostKeys, which holds only keys
-// that have ghosts), and Get drops it when it comes out. Len, Stats and
+// queue counts it (ghosts, and per key in the key table's ghost column,
+// where a key with nothing left but ghosts keeps an fGhost entry for
+// their count), and Get drops it when it comes out. Len, Stats and
 // every "is a key ready" test subtract the ghosts, so they are exact at
 // every moment. A key removed and added again is pushed anew: its ghost is
 // older and comes out first, so the key runs once, at the place of its new
@@ -83,10 +84,11 @@ func (q *Queue[T]) Remove(item T) bool {
 	case f&fDirty != 0:
 		q.dirty--
 		if f == fDirty {
-			if q.store != nil {
-				q.unstore(item)
+			ghost := q.store != nil && q.unstore(item, pos)
+			t.remove(slot, pos) // a ghost keeps the entry, as fGhost
+			if ghost {
+				q.settleGhosts()
 			}
-			t.remove(slot, pos)
 		} else {
 			t.flags[pos] &^= fDirty // processing: only its re-run is cancelled
 			if t.timed {
@@ -121,45 +123,62 @@ func (q *Queue[T]) wakeDrainers() {
 	}
 }
 
-// unstore takes the ready key item out of the store: cut out where the
-// store can do that, else left behind as a ghost. q.mu must be held.
-func (q *Queue[T]) unstore(item T) {
+// unstore takes item, ready at pos in the key table, out of the store: cut
+// out where the store can do that, else left behind as a ghost, counted at
+// pos. It reports whether it left a ghost. q.mu must be held.
+func (q *Queue[T]) unstore(item T, pos int) bool {
 	if r, ok := q.store.(storeRemover[T]); ok && r.remove(item) {
-		return
-	}
-	q.ghosts++
-	q.ghostKeys.put(item, q.ghostKeys.m[item]+1)
-	if q.ghosts > q.ready()+maxGhosts {
-		q.exorcise()
-	}
-}
-
-// isGhost reports whether item, just popped from the store, is a ghost,
-// and forgets that ghost if so. Ghosts of a key are older than its live
-// entry, so while a key has ghosts, what comes out is one of them. q.mu
-// must be held.
-func (q *Queue[T]) isGhost(item T) bool {
-	n, ok := q.ghostKeys.m[item]
-	if !ok {
 		return false
 	}
-	if n == 1 {
-		q.ghostKeys.del(item)
-	} else {
-		q.ghostKeys.m[item] = n - 1
+	t := &q.tab
+	if !t.ghosted {
+		t.enableGhosts()
 	}
-	q.ghosts--
+	t.ghost[pos]++
+	q.ghosts++
 	return true
+}
+
+// popGhost looks up item, just popped from the store. If it is a ghost, it
+// forgets that ghost (and the key's fGhost entry with its last one) and
+// reports true; else it returns the key's position in the key table.
+// Ghosts of a key are older than its live entry, so while a key has
+// ghosts, what comes out is one of them. q.mu must be held and q.ghosts > 0.
+func (q *Queue[T]) popGhost(item T) (pos int, ghost bool) {
+	t := &q.tab
+	_, slot, pos := t.find(item)
+	if pos < 0 {
+		pos = t.ghostAt(slot)
+	}
+	if t.ghost[pos] == 0 {
+		return pos, false
+	}
+	t.ghost[pos]--
+	q.ghosts--
+	if t.ghost[pos] == 0 && t.flags[pos] == fGhost {
+		t.remove(slot, pos)
+	}
+	return -1, true
+}
+
+// settleGhosts rebuilds the store without its ghosts once they outnumber
+// its live entries by more than maxGhosts, or once nothing else is left in
+// it: a queue with no ready key then holds no ghost, and its key table no
+// fGhost entry. q.mu must be held, and positions in the key table found
+// before it are stale after it.
+func (q *Queue[T]) settleGhosts() {
+	if r := q.ready(); q.ghosts > r+maxGhosts || r == 0 && q.ghosts > 0 {
+		q.exorcise()
+	}
 }
 
 // exorcise rebuilds the store without its ghosts, keeping the live entries
 // in the order the store hands them out. q.mu must be held.
 func (q *Queue[T]) exorcise() {
-	for range q.ghosts + q.ready() {
+	for range q.store.Len() {
 		item := q.store.Pop()
-		if !q.isGhost(item) {
-			st, _ := q.entry(item)
-			q.pushEntry(item, st.prio)
+		if pos, ghost := q.popGhost(item); !ghost {
+			q.pushEntry(item, q.tab.prioAt(pos))
 		}
 	}
 }

@@ -3,6 +3,7 @@ package workqueue_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -162,6 +163,90 @@ func TestRemoveGhostsAreBounded(t *testing.T) {
 		q.Done(got)
 	}
 	require.Zero(t, store.Len(), "no ghost is left once the live keys are out")
+}
+
+// TestRemoveGhostColumn follows the key table's ghost column (remove.go)
+// through the states a key of a user's store can be in: ghosts only (an
+// fGhost entry, absent to every reader), ghosts and a live run again,
+// ghosts popped one by one, and nothing once the last is out. CheckTable
+// holds the table to its invariants after every step.
+func TestRemoveGhostColumn(t *testing.T) {
+	store := newRawStore()
+	q := workqueue.NewWithConfig(workqueue.Config[string]{Store: store})
+	entries := func(want int, step string) {
+		t.Helper()
+		n, err := workqueue.CheckTable(q)
+		require.NoError(t, err, step)
+		require.Equal(t, want, n, "key table entries after %s", step)
+	}
+
+	// Only ghosts left: they go at once, and the table forgets the key.
+	q.Add("x")
+	require.True(t, q.Remove("x"))
+	require.Zero(t, store.Len(), "a store left with only ghosts is emptied")
+	entries(0, "Remove of the only ready key")
+
+	for _, k := range []string{"a", "b", "c"} {
+		q.Add(k)
+	}
+	require.True(t, q.Remove("a"))
+	require.True(t, q.Remove("b"))
+	entries(3, "Remove of a and b") // a and b hold only ghosts
+	require.Equal(t, workqueue.KeyAbsent, q.State("a"), "a key with only ghosts is absent")
+	require.Equal(t, 1, q.Len())
+	require.Equal(t, []string{"c ready"}, inspected(q), "Inspect lists no ghost")
+
+	q.Add("a") // takes over its fGhost entry and ghost count
+	entries(3, "Add of a again")
+	require.Equal(t, workqueue.KeyReady, q.State("a"))
+	require.True(t, q.Remove("a"))
+	q.Add("a")
+	entries(3, "a removed and added again") // a: two ghosts and a live run
+	require.Equal(t, 2, q.Len())
+	require.Equal(t, []string{"a ready", "c ready"}, inspected(q), "Inspect passes over a's ghosts")
+
+	// The store holds a, b, c, a, a: Get passes over a's first ghost and
+	// b's only one (b's entry goes with it) and hands out c.
+	got, _ := q.Get()
+	require.Equal(t, "c", got)
+	entries(2, "Get of c") // a (one ghost left) and c
+	q.Done("c")
+	got, _ = q.Get()
+	require.Equal(t, "a", got, "a's live entry comes after its ghosts")
+	require.Zero(t, store.Len())
+	q.Done("a")
+	entries(0, "the last Done")
+
+	// Churn with a key kept ready, so that ghosts stay until rebuilds drop
+	// them: the log compacts and grows with fGhost entries in it.
+	q.Add("keep")
+	for i := range 2000 {
+		k := fmt.Sprint(i % 300)
+		q.Add(k)
+		require.True(t, q.Remove(k))
+		if i%3 == 0 {
+			q.Add(k) // some keys come back over their ghosts
+		}
+		_, err := workqueue.CheckTable(q)
+		require.NoError(t, err, "round %d", i)
+	}
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		q.Done(k)
+	}
+	require.Zero(t, store.Len())
+	entries(0, "the churn's drain")
+}
+
+// inspected lists every key Inspect gives, with its state, sorted
+// (Inspect cannot read the order of a user's store).
+func inspected(q *workqueue.Queue[string]) []string {
+	var ks []string
+	for _, k := range q.Inspect(100) {
+		ks = append(ks, k.Key+" "+k.State.String())
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 // TestRemoveReleasesDrain checks that a ShutDownWithDrainAll waiting on ready keys returns

@@ -22,6 +22,9 @@ type columns[T comparable] struct {
 	// bounced only: a waiting key's debounce state. Cleared whenever the
 	// key stops waiting, so an entry is never made or killed with one.
 	bounce []bounceState
+	// ghosted only: how many ghosts Remove left in a user's Store for the
+	// key (remove.go). 0 in every dead entry.
+	ghost []uint32
 }
 
 // makeColumns allocates the columns the table's modes use, n entries each.
@@ -41,6 +44,9 @@ func (t *orderedTable[T]) makeColumns(n int) columns[T] {
 	}
 	if t.bounced {
 		c.bounce = make([]bounceState, n)
+	}
+	if t.ghosted {
+		c.ghost = make([]uint32, n)
 	}
 	return c
 }
@@ -65,6 +71,9 @@ func (c *columns[T]) move(d *columns[T], n, p int, remap []uint64) {
 	if c.bounce != nil {
 		d.bounce[n] = c.bounce[p]
 	}
+	if c.ghost != nil {
+		d.ghost[n] = c.ghost[p]
+	}
 }
 
 // copyPrefix copies the first n entries of c to d, positions unchanged.
@@ -88,6 +97,9 @@ func (c *columns[T]) copyPrefix(d *columns[T], n int) {
 	}
 	if c.bounce != nil {
 		copy(d.bounce, c.bounce[:n])
+	}
+	if c.ghost != nil {
+		copy(d.ghost, c.ghost[:n])
 	}
 }
 
@@ -133,6 +145,24 @@ func (t *orderedTable[T]) enablePrio() {
 	if n := len(t.keys); n > 0 {
 		t.prio = make([]int, n)
 	}
+}
+
+// enableGhosts makes the table keep ghost counts, from now on.
+func (t *orderedTable[T]) enableGhosts() {
+	t.ghosted = true
+	if n := len(t.keys); n > 0 {
+		t.ghost = make([]uint32, n)
+	}
+}
+
+// ghostAt returns the position of the entry held by slot, which find
+// returned for an absent key: the entry of a key that has only ghosts
+// (fGhost), or -1 if the slot is empty (the key has no entry at all).
+func (t *orderedTable[T]) ghostAt(slot int) int {
+	if slot < 0 || t.index[slot] == 0 {
+		return -1
+	}
+	return int(uint32(t.index[slot])) - 1
 }
 
 // prioAt returns the priority of the entry at p: 0 until a priority other
