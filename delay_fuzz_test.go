@@ -350,8 +350,13 @@ func (m *delayQueueModel) stats() Stats {
 // remove, which spares Remove its ghosts (remove.go).
 type otherPriorityStore[T comparable] struct{ *priorityStore[T] }
 
+// ghostingStore is a FIFO store behind a type that hides its remove, as a
+// user's Store would: Remove of a ready key leaves a ghost (remove.go).
+type ghostingStore[T comparable] struct{ Store[T] }
+
 // FuzzQueueDelay drives a Queue, a Queue with Debounce, two with a priority
-// store (kept in the table, and called as a store), and the state-table
+// store (kept in the table, and called as a store), two with a user's FIFO
+// store (plain and debounced, where Remove leaves ghosts), and the state-table
 // model of each with the same random Add, AddAfter, passing of time, Get,
 // Done, Remove and ShutDown, inside a
 // synctest bubble, and compares the counts and every key handed out after
@@ -392,7 +397,15 @@ func FuzzQueueDelay(f *testing.F) {
 			leveled := pair{NewWithConfig(Config[uint8]{Store: NewPriorityStore[uint8]()}), newDelayQueueModel()}
 			stored := pair{NewWithConfig(Config[uint8]{Store: otherPriorityStore[uint8]{&priorityStore[uint8]{}}}), newDelayQueueModel()}
 			leveled.m.prios, stored.m.prios = true, true
-			pairs := []pair{plain, bounced, leveled, stored}
+			// A user's FIFO store, plain and debounced: the order of the
+			// plain models, with ghosts in the store and the key table.
+			ghosted := pair{NewWithConfig(Config[uint8]{Store: ghostingStore[uint8]{NewFIFOStore[uint8]()}}), newDelayQueueModel()}
+			ghostedBounced := pair{NewWithConfig(Config[uint8]{
+				Store:    ghostingStore[uint8]{NewFIFOStore[uint8]()},
+				Debounce: Debounce{Quiet: 2 * time.Millisecond, MaxWait: 5 * time.Millisecond},
+			}), newDelayQueueModel()}
+			ghostedBounced.m.quiet, ghostedBounced.m.maxWait = bounced.m.quiet, bounced.m.maxWait
+			pairs := []pair{plain, bounced, leveled, stored, ghosted, ghostedBounced}
 			var log []string
 			fail := func(format string, args ...any) {
 				t.Helper()
@@ -484,6 +497,9 @@ func FuzzQueueDelay(f *testing.F) {
 					if got, want := q.Len(), len(m.ready); got != want {
 						fail("queue %d: Len = %d, model %d", i, got, want)
 					}
+					if _, err := CheckTable(q); err != nil {
+						fail("queue %d: key table: %v", i, err)
+					}
 				}
 			}
 			// Let every deadline pass and hand out what is left: the
@@ -502,6 +518,9 @@ func FuzzQueueDelay(f *testing.F) {
 				}
 				if got, want := q.Stats(), m.stats(); got != want {
 					fail("queue %d: after the final drain: Stats = %+v, model %+v", i, got, want)
+				}
+				if n, err := CheckTable(q); err != nil || n != m.stats().Processing+m.stats().Waiting {
+					fail("queue %d: key table after the final drain: %d entries, %v", i, n, err)
 				}
 				q.ShutDown()
 			}
