@@ -88,6 +88,21 @@ func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, pri
 	return pos
 }
 
+// dropWait cancels the run that the waiting key at pos (in slot) has at a
+// deadline, Remove's and ShutDown's transition: a key that only waits
+// leaves the table, and a processing one keeps only the run in progress.
+// Its delay entry is the caller's to pop or count stale. q.mu must be
+// held.
+func (q *Queue[T]) dropWait(slot, pos int) {
+	t := &q.tab
+	q.waiting--
+	if t.flags[pos] == fWaiting {
+		t.remove(slot, pos)
+	} else {
+		t.flags[pos] &^= fWaiting
+	}
+}
+
 // moveDeadline moves the run of the waiting key at pos to when: a new delay
 // entry becomes the live one and the old one goes stale (the key table
 // says which entry is live). q.mu must be held.

@@ -451,21 +451,14 @@ func (q *RateLimitingQueue[T]) requeues(keys []KeyInfo[T]) []KeyInfo[T] {
 	return keys
 }
 
-// ghostsOf returns how many ghosts Remove left in the store for item
-// (remove.go). q.mu must be held.
+// ghostsOf returns how many ghosts Remove left in the store for item, a
+// ready key (remove.go). q.mu must be held.
 func (q *Queue[T]) ghostsOf(item T) int {
-	t := &q.tab
 	if q.ghosts == 0 {
 		return 0
 	}
-	_, slot, pos := t.find(item)
-	if pos < 0 {
-		pos = t.ghostAt(slot)
-	}
-	if pos < 0 {
-		return 0
-	}
-	return int(t.ghost[pos])
+	_, _, pos := q.tab.find(item)
+	return int(q.tab.ghost[pos])
 }
 
 // entriesBefore counts item's entries among the first n of the store, in

@@ -298,7 +298,7 @@ func (q *Queue[T]) get() (item T, prio int, shutdown bool) {
 		q.wait()
 		q.getters--
 	}
-	if q.ready() == 0 || q.shuttingDown && q.stopGets {
+	if q.getEnds() {
 		q.mu.Unlock()
 		return item, 0, true
 	}
@@ -308,6 +308,13 @@ func (q *Queue[T]) get() (item T, prio int, shutdown bool) {
 		q.metrics.Waited(waited)
 	}
 	return item, prio, false
+}
+
+// getEnds reports whether a Get that no longer waits must report shutdown
+// rather than take a key: none is ready, or Config.GetStopsAtShutDown
+// holds the ready ones back. q.mu must be held.
+func (q *Queue[T]) getEnds() bool {
+	return q.ready() == 0 || q.shuttingDown && q.stopGets
 }
 
 // GetContext is Get that gives up when ctx ends. It returns ctx.Err() if ctx
@@ -344,7 +351,7 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 			return zero, err
 		}
 	}
-	if q.ready() == 0 || q.shuttingDown && q.stopGets {
+	if q.getEnds() {
 		q.mu.Unlock()
 		return zero, ErrShutDown
 	}

@@ -75,12 +75,12 @@ func (q *Queue[T]) Remove(item T) bool {
 	switch f := t.flags[pos]; {
 	case f&fWaiting != 0:
 		q.unbounce(pos)
-		if f == fWaiting {
-			t.remove(slot, pos)
-		} else {
-			t.flags[pos] &^= fWaiting // processing: only its next run is cancelled
+		q.dropWait(slot, pos)
+		q.delay.stale++ // its delay entry stays behind
+		q.sweepDelay()
+		if q.waiting == 0 {
+			q.arm(0) // no key waits any more: stop the timer
 		}
-		q.dropDeadline()
 	case f&fDirty != 0:
 		q.dirty--
 		if f == fDirty {
@@ -100,18 +100,6 @@ func (q *Queue[T]) Remove(item T) bool {
 	}
 	q.wakeDrainers()
 	return true
-}
-
-// dropDeadline accounts for a waiting key whose run was cancelled, after
-// the key table has been updated: its delay entry is now stale, and the
-// timer stops once no key waits. q.mu must be held.
-func (q *Queue[T]) dropDeadline() {
-	q.waiting--
-	q.delay.stale++
-	q.sweepDelay()
-	if q.waiting == 0 {
-		q.arm(0) // no key waits any more: stop the timer
-	}
 }
 
 // wakeDrainers wakes the drains once no key is processing: those of

@@ -77,12 +77,7 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 			flushed++
 			continue
 		}
-		q.waiting--
-		if t.flags[pos] == fWaiting {
-			t.remove(slot, pos)
-		} else {
-			t.flags[pos] &^= fWaiting // processing: only its next run is dropped
-		}
+		q.dropWait(slot, pos) // its delay entry is popped already
 	}
 	q.arm(0) // no key waits: drops the entries and stops the timer
 	q.cond.Broadcast()
