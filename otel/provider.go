@@ -295,7 +295,7 @@ func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) wo
 // name, reads the Stats of every live queue and observes the gauges, one
 // point per name, in the order the names first had a queue.
 func (p *Provider) observe(_ context.Context, o metric.Observer) error {
-	totals, ok := metricsbook.Totals(&p.book, func(n *nameState) *nameState { return n })
+	totals, ok := metricsbook.Totals(&p.book)
 	if !ok {
 		// Unregister has run, and the SDK may still be running this
 		// callback: observe nothing from then on.

@@ -199,7 +199,7 @@ func (p *Provider) Collect(ch chan<- prom.Metric) {
 // collectGauges reports the gauges of every name that has a live queue,
 // summed (and the longest the larger) over the queues of that name.
 func (p *Provider) collectGauges(ch chan<- prom.Metric) {
-	totals, _ := metricsbook.Totals(&p.book, func(name string) string { return name })
+	totals, _ := metricsbook.Totals(&p.book)
 	for _, g := range totals {
 		ch <- prom.MustNewConstMetric(p.depth, prom.GaugeValue, float64(g.Depth), g.Key)
 		ch <- prom.MustNewConstMetric(p.delayed, prom.GaugeValue, float64(g.Delayed), g.Key)

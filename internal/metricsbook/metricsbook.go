@@ -9,8 +9,10 @@
 // The rules, written once here:
 //
 //   - A queue is read when scraped, through the stats function its
-//     provider was given: one call per queue per scrape, made without any
-//     lock of the Book held, so a scrape never holds two locks at once.
+//     provider was given: one call per queue per Each (a provider that
+//     reads several families by Each reads its queues that many times),
+//     made without any lock of the Book held, so a scrape never holds two
+//     locks at once.
 //   - Queues reported as one (the same name, or the same labels) add up
 //     their depth, delayed keys and unfinished work; their longest running
 //     processor is the larger of theirs (Gauges.Add).
@@ -174,18 +176,18 @@ type Total[K comparable] struct {
 }
 
 // Totals reads the Book (Each) and returns the Gauges of its queues
-// combined by key(q.Meta), in the order each key's first queue was added;
-// false once the Book is closed.
-func Totals[K comparable, M any](b *Book[M], key func(M) K) ([]Total[K], bool) {
-	var out []Total[K]
-	index := map[K]int{}
+// combined by their Meta (a provider's name, or its series), in the order
+// each Meta's first queue was added; false once the Book is closed.
+func Totals[M comparable](b *Book[M]) ([]Total[M], bool) {
+	var out []Total[M]
+	index := map[M]int{}
 	ok := b.Each(func(q *Queue[M], s workqueue.Stats) {
-		k := key(q.Meta)
+		k := q.Meta
 		i, seen := index[k]
 		if !seen {
 			i = len(out)
 			index[k] = i
-			out = append(out, Total[K]{Key: k})
+			out = append(out, Total[M]{Key: k})
 		}
 		out[i].Add(s)
 	})

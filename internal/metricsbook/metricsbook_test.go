@@ -44,8 +44,6 @@ func (f *fake) stats() workqueue.Stats {
 	return s
 }
 
-func byName(name string) string { return name }
-
 // Queues of one name add up depth, delayed keys and unfinished work and
 // report the larger longest run; names come in the order of their first
 // queue, and each queue is read once per scrape.
@@ -58,7 +56,7 @@ func TestTotalsCombineByKey(t *testing.T) {
 	b.Add("z", z.stats)
 	b.Add("a", a2.stats)
 
-	totals, ok := metricsbook.Totals(&b, byName)
+	totals, ok := metricsbook.Totals(&b)
 	require.True(t, ok)
 	require.Equal(t, []metricsbook.Total[string]{
 		{Key: "a", Gauges: metricsbook.Gauges{Depth: 7, Delayed: 5, Unfinished: 13 * time.Second, Longest: 2 * time.Second}},
@@ -70,7 +68,7 @@ func TestTotalsCombineByKey(t *testing.T) {
 
 	// The larger longest wins whichever queue has it.
 	a2.set(workqueue.Stats{Processing: 1, LongestRunning: 9 * time.Second})
-	totals, _ = metricsbook.Totals(&b, byName)
+	totals, _ = metricsbook.Totals(&b)
 	require.Equal(t, 9*time.Second, totals[0].Longest)
 }
 
@@ -87,17 +85,17 @@ func TestShutDownQueueForgottenOnceEmpty(t *testing.T) {
 
 	for _, s := range []workqueue.Stats{{Ready: 1, Dirty: 1}, {Waiting: 1}, {Processing: 1}} {
 		busy.set(s)
-		totals, _ := metricsbook.Totals(&b, byName)
+		totals, _ := metricsbook.Totals(&b)
 		require.Len(t, totals, 2, "a shut-down queue with %+v is still reported", s)
 		require.Equal(t, 2, b.Len())
 	}
 
 	busy.set(workqueue.Stats{})
-	totals, _ := metricsbook.Totals(&b, byName)
+	totals, _ := metricsbook.Totals(&b)
 	require.Equal(t, []metricsbook.Total[string]{{Key: "idle"}}, totals, "the drained queue reports nothing")
 	require.Equal(t, 1, b.Len(), "and is forgotten")
 	reads := busy.reads
-	metricsbook.Totals(&b, byName)
+	metricsbook.Totals(&b)
 	require.Equal(t, reads, busy.reads, "a forgotten queue is not read again")
 }
 
@@ -110,11 +108,11 @@ func TestShutDownReadBeforeStats(t *testing.T) {
 	q := b.Add("q", f.stats)
 	f.during = q.ShutDown // shuts down just after this read's Stats
 
-	totals, _ := metricsbook.Totals(&b, byName)
+	totals, _ := metricsbook.Totals(&b)
 	require.Len(t, totals, 1, "read before the shutdown, so reported")
 	require.Equal(t, 1, b.Len(), "and not forgotten on Stats from before the shutdown")
 
-	totals, _ = metricsbook.Totals(&b, byName)
+	totals, _ = metricsbook.Totals(&b)
 	require.Empty(t, totals)
 	require.Zero(t, b.Len(), "the next scrape sees it shut down and empty")
 }
@@ -134,7 +132,7 @@ func TestForgottenQueueCollectable(t *testing.T) {
 	b.Add("b", live[1].stats)
 	last := gone("last")
 
-	totals, _ := metricsbook.Totals(&b, byName)
+	totals, _ := metricsbook.Totals(&b)
 	var keys []string
 	for _, g := range totals {
 		keys = append(keys, g.Key)
@@ -144,7 +142,7 @@ func TestForgottenQueueCollectable(t *testing.T) {
 	runtime.GC()
 	require.Nil(t, middle.Value(), "the Book keeps no reference to a forgotten queue")
 	require.Nil(t, last.Value(), "not even in its slice's spare capacity")
-	totals, _ = metricsbook.Totals(&b, byName)
+	totals, _ = metricsbook.Totals(&b)
 	require.Len(t, totals, 2)
 }
 
@@ -159,7 +157,7 @@ func TestClose(t *testing.T) {
 	later := b.Add("b", f.stats)
 	require.NotNil(t, later, "Add after Close still gives the queue its handle")
 	require.Zero(t, b.Len(), "but does not keep it")
-	totals, ok := metricsbook.Totals(&b, byName)
+	totals, ok := metricsbook.Totals(&b)
 	require.False(t, ok)
 	require.Empty(t, totals)
 	require.Zero(t, f.reads, "a closed Book reads no queue")
@@ -191,12 +189,12 @@ func TestConcurrent(t *testing.T) {
 			for i := range 100 {
 				f := &fake{}
 				q := b.Add(g*1000+i, f.stats)
-				metricsbook.Totals(&b, func(k int) int { return k % 7 })
+				metricsbook.Totals(&b)
 				q.ShutDown()
 			}
 		})
 	}
 	wg.Wait()
-	metricsbook.Totals(&b, func(k int) int { return k })
+	metricsbook.Totals(&b)
 	require.Zero(t, b.Len(), "every queue is shut down and empty")
 }
