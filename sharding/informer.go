@@ -279,10 +279,9 @@ func (inf *informer) probe(ctx context.Context) {
 			return
 		}
 		inf.watchError(ctx, err)
-		if !sleepCtx(ctx, backoff) {
+		if !backOff(ctx, &backoff) {
 			return
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
@@ -418,10 +417,9 @@ func (inf *informer) listWatch(ctx context.Context, l *loop) {
 		list, err := inf.lw.ListWithContext(ctx, metav1.ListOptions{ShardSelector: sel})
 		if err != nil {
 			inf.watchError(ctx, err)
-			if !sleepCtx(ctx, backoff) {
+			if !backOff(ctx, &backoff) {
 				return
 			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
 		if _, ok := shardInfoOf(list); sel != "" && !ok {
@@ -463,8 +461,7 @@ func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string, backoff
 		if mustRelist(err) {
 			return rv, true
 		}
-		sleepCtx(ctx, *backoff)
-		*backoff = min(2**backoff, maxBackoff)
+		backOff(ctx, backoff)
 		return rv, false
 	}
 	defer w.Stop()
@@ -483,8 +480,7 @@ func (inf *informer) watch(ctx context.Context, l *loop, sel, rv string, backoff
 				if mustRelist(err) {
 					return rv, true
 				}
-				sleepCtx(ctx, *backoff)
-				*backoff = min(2**backoff, maxBackoff)
+				backOff(ctx, backoff)
 				return rv, false
 			case watch.Bookmark:
 				if m, err := meta.Accessor(ev.Object); err == nil {
@@ -604,6 +600,7 @@ func (inf *informer) apply(l *loop, t watch.EventType, item runtime.Object) stri
 			return rv
 		}
 		_ = inf.indexer.Delete(old)
+		inf.setObjects()
 		for _, h := range inf.handlers {
 			h.h.OnDelete(obj)
 		}
@@ -614,12 +611,12 @@ func (inf *informer) apply(l *loop, t watch.EventType, item runtime.Object) stri
 		}
 	default:
 		_ = inf.indexer.Add(obj)
+		inf.setObjects()
 		for _, h := range inf.handlers {
 			h.h.OnAdd(obj, false)
 		}
 	}
-	inf.lastRV = rv
-	inf.setObjects()
+	inf.lastRV = rv // an update leaves the count, and the gauge, as they were
 	return rv
 }
 
@@ -889,6 +886,14 @@ func resourceVersion(obj any) string {
 		return ""
 	}
 	return m.GetResourceVersion()
+}
+
+// backOff sleeps *b, or less if ctx ends, and doubles *b up to
+// maxBackoff for the next failure; it reports whether ctx is live.
+func backOff(ctx context.Context, b *time.Duration) bool {
+	live := sleepCtx(ctx, *b)
+	*b = min(2**b, maxBackoff)
+	return live
 }
 
 // sleepCtx sleeps d, or less if ctx ends; it reports whether ctx is live.

@@ -259,11 +259,6 @@ func (g *ringView) removeLocked(p parsed, ref leaseRef) bool {
 	return true
 }
 
-// apply stores a Lease the replica wrote, from the server's answer.
-func (g *ringView) apply(le *coordinationv1.Lease) {
-	g.upsert(le)
-}
-
 // shard returns shard i's Lease as the view has it.
 func (g *ringView) shard(i int) shardInfo {
 	g.mu.Lock()
@@ -282,6 +277,9 @@ func (g *ringView) forget(identity string, ref leaseRef) {
 	}
 }
 
+// upsert applies a Lease: a watch event, one of the initial list, or the
+// server's answer to a write of ours (applied at once, before the watch
+// brings it).
 func (g *ringView) upsert(obj any) {
 	le, ok := obj.(*coordinationv1.Lease)
 	if !ok {

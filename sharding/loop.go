@@ -192,7 +192,7 @@ func (r *Replica) renew(ctx context.Context) {
 		return
 	}
 	r.member = refOf(out)
-	r.ring.apply(out)
+	r.ring.upsert(out) // our write, from the server's answer
 	now := time.Now()
 	deadline := sent.Add(r.cfg.RenewDeadline)
 	r.mu.Lock()
@@ -477,7 +477,7 @@ func (r *Replica) acquire(ctx context.Context, i int, s shardInfo, session strin
 		}
 		return
 	}
-	r.ring.apply(out)
+	r.ring.upsert(out) // our write, from the server's answer
 	r.mu.Lock()
 	if r.alive && r.session == session && !r.leaving && r.state[i].state == shardFree {
 		r.state[i] = shard{state: shardActive, inflight: r.state[i].inflight}
@@ -554,7 +554,7 @@ func (r *Replica) progress(api context.Context) time.Time {
 			r.tried.shard[i] = versionOf(s)
 			continue
 		}
-		r.ring.apply(out)
+		r.ring.upsert(out) // our write, from the server's answer
 		r.mu.Lock()
 		if r.state[i].state == shardDraining {
 			r.state[i].state = shardFree

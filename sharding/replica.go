@@ -235,9 +235,6 @@ type Replica struct {
 	// from Config.ListerWatcher, or by the first NewInformer of its type.
 	// It is set once (under mu) and never changes.
 	primary *informer
-	// ownRun: Run runs the primary informer (built from
-	// Config.ListerWatcher).
-	ownRun bool
 
 	mu sync.Mutex // protects the fields below
 	// alive is true while the session is continuous: a renewal sent less
@@ -380,7 +377,6 @@ func New(cfg Config) (*Replica, error) {
 	}
 	if cfg.ListerWatcher != nil {
 		r.primary = newInformer(r, cfg.ListerWatcher, cfg.Object, nil, true)
-		r.ownRun = true
 		if _, err := r.primary.AddEventHandler(r.eventHandler()); err != nil {
 			return nil, err
 		}
@@ -431,7 +427,7 @@ func (r *Replica) NewInformer(lw cache.ListerWatcher, obj runtime.Object, resync
 		} else if len(indexers) > 0 {
 			_ = inf.AddIndexers(indexers)
 		}
-		if r.ownRun {
+		if r.cfg.ListerWatcher != nil { // Run runs the primary informer
 			return notRun{inf}
 		}
 		return inf
@@ -665,9 +661,14 @@ func (r *Replica) lose(force bool) {
 	r.poke()
 }
 
-// eventHandler admits the keys of the held shards into the queue.
+// eventHandler admits the keys of the held shards into the queue, and
+// remembers deleted keys for the queue's check (gone). With SkipEventKeys
+// an add or update has nothing to do.
 func (r *Replica) eventHandler() cache.ResourceEventHandler {
 	admit := func(obj any, deleted bool) {
+		if !deleted && r.cfg.SkipEventKeys {
+			return
+		}
 		s, ok := r.ShardOfObject(obj)
 		if !ok {
 			return
@@ -717,8 +718,9 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.running = true
 	r.mu.Unlock()
 
-	if r.ownRun {
-		// The informer stops once the loop has returned: a leaving
+	if r.cfg.ListerWatcher != nil {
+		// Run runs the primary informer, built from ListerWatcher. It
+		// stops once the loop has returned: a leaving
 		// replica's runs read it until its shards are released.
 		stop := make(chan struct{})
 		stopped := make(chan struct{})

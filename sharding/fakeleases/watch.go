@@ -3,6 +3,7 @@ package fakeleases
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -111,7 +112,7 @@ func (s *Store) ExpireWatches(identity string) {
 	s.compactLocked()
 	for w := range s.watchers {
 		if w.identity == identity {
-			w.queue = append(w.queue[:0], tooOld(w, s.rv))
+			w.queue = append(w.queue[:0], tooOld(s.rv))
 			w.stopped = true // no more events after the error
 			delete(s.watchers, w)
 			w.poke()
@@ -132,7 +133,8 @@ func (s *Store) compactLocked() {
 	s.compacted = s.rv
 }
 
-func tooOld(w *watcher, rv int64) watch.Event {
+// tooOld is the error event that ends a watch from a compacted version.
+func tooOld(rv int64) watch.Event {
 	st := apierrors.NewResourceExpired("too old resource version: " + strconv.FormatInt(rv, 10)).Status()
 	return watch.Event{Type: watch.Error, Object: &st}
 }
@@ -161,7 +163,7 @@ func (s *Store) watchLocked(identity string, a clienttesting.WatchAction) (watch
 				now = append(now, l)
 			}
 		}
-		slices.SortFunc(now, func(a, b *coordinationv1.Lease) int { return cmpStrings(a.Name, b.Name) })
+		slices.SortFunc(now, func(a, b *coordinationv1.Lease) int { return strings.Compare(a.Name, b.Name) })
 		for _, l := range now {
 			w.queue = append(w.queue, watch.Event{Type: watch.Added, Object: l.DeepCopy()})
 		}
@@ -172,7 +174,7 @@ func (s *Store) watchLocked(identity string, a clienttesting.WatchAction) (watch
 			return nil, apierrors.NewBadRequest("invalid resourceVersion " + strconv.Quote(rv))
 		}
 		if from < s.compacted {
-			w.queue = append(w.queue, tooOld(w, s.compacted))
+			w.queue = append(w.queue, tooOld(s.compacted))
 			w.stopped = true
 			break
 		}
@@ -312,14 +314,4 @@ func (s *Store) deliver(w *watcher, after time.Duration, bookmarks bool) {
 // HoldWatches, or because its responses are all lost. s.mu must be held.
 func (s *Store) heldLocked(identity string) bool {
 	return s.held[identity] || s.lossy[identity] == LoseAll
-}
-
-func cmpStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -40,8 +40,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// ListerWatcher is a cache.ListerWatcher that answers ShardSelector (see
-// the package doc). Its methods are safe for concurrent use.
 // Server is the fake API server's side: a watch cache of the wrapped
 // ListerWatcher's objects, shared by its clients (one per replica, as
 // replicas share one API server, so that a replica's heap holds only its
