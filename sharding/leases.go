@@ -329,46 +329,43 @@ func (g *ringView) Delete(obj any) error {
 	return nil
 }
 
-// Replace installs a (re)list taken at resourceVersion listRV. A Lease the
-// view holds at a newer version than the list (the answer to a write of
-// this replica that the list predates) is kept; one missing from the list
-// and not newer than it is gone.
+// Replace installs a (re)list taken at resourceVersion listRV, by the
+// rules a watch event follows (setLocked, removeLocked): a Lease the view
+// holds at a newer version than the list (the answer to a write of this
+// replica that the list predates) is kept; one missing from the list and
+// not newer than it is gone.
 func (g *ringView) Replace(items []any, listRV string) error {
 	now := time.Now()
-	members := make(map[string]memberInfo, len(items))
-	shards := make([]shardInfo, g.shardCount)
+	ps := make([]parsed, 0, len(items))
 	for _, it := range items {
-		le, ok := it.(*coordinationv1.Lease)
-		if !ok {
-			continue
-		}
-		p, ok := g.parse(le)
-		if !ok {
-			continue
-		}
-		if p.shard >= 0 {
-			shards[p.shard] = p.s
-		} else {
-			p.m.at = now
-			members[p.member] = p.m
+		if le, ok := it.(*coordinationv1.Lease); ok {
+			if p, ok := g.parse(le); ok {
+				ps = append(ps, p)
+			}
 		}
 	}
 	g.mu.Lock()
-	for id, cur := range g.members {
-		m, ok := members[id]
-		switch {
-		case !ok && olderRV(listRV, cur.ref.rv):
-			members[id] = cur // created after the list
-		case ok && (m.ref == cur.ref || olderRV(m.ref.rv, cur.ref.rv)):
-			members[id] = cur // unchanged (keeps when it was first seen), or newer here
+	members := make(map[string]bool, len(ps))
+	shards := make([]bool, len(g.shards))
+	for _, p := range ps {
+		g.setLocked(p, now)
+		if p.shard >= 0 {
+			shards[p.shard] = true
+		} else {
+			members[p.member] = true
 		}
 	}
-	for i, cur := range g.shards {
-		if cur.exists && olderRV(cmpRV(shards[i], listRV), cur.ref.rv) {
-			shards[i] = cur
+	unlisted := leaseRef{rv: listRV} // as if deleted at the list's version
+	for id := range g.members {
+		if !members[id] {
+			g.removeLocked(parsed{member: id, shard: -1}, unlisted)
 		}
 	}
-	g.members, g.shards = members, shards
+	for i, listed := range shards {
+		if !listed {
+			g.removeLocked(parsed{shard: i}, unlisted)
+		}
+	}
 	first := !g.isSync
 	g.isSync = true
 	g.mu.Unlock()
@@ -377,15 +374,6 @@ func (g *ringView) Replace(items []any, listRV string) error {
 	}
 	g.poke()
 	return nil
-}
-
-// cmpRV is the resourceVersion a listed shard Lease is compared at: its
-// own, or the list's if the list does not have it.
-func cmpRV(s shardInfo, listRV string) string {
-	if s.exists {
-		return s.ref.rv
-	}
-	return listRV
 }
 
 // Resync does nothing: the view has no handlers to replay to.

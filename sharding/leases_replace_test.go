@@ -1,0 +1,81 @@
+package sharding
+
+import (
+	"maps"
+	"strconv"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestRingViewReplace checks a relist against the rules a watch event
+// follows: a listed Lease replaces an older version in the view, never a
+// newer one (the answer to our own write, which the list predates), and an
+// unchanged one keeps when it was first seen (the fence counts from it); a
+// Lease missing from the list is gone unless the view holds it at a newer
+// version than the list.
+func TestRingViewReplace(t *testing.T) {
+	g := newRingView("r", 3)
+	member := func(id string, rv int) any {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: "r-member-" + id, ResourceVersion: strconv.Itoa(rv),
+				Labels: map[string]string{LabelRole: roleMember}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &id},
+		}
+	}
+	shard := func(i, rv int) any {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: "r-shard-" + strconv.Itoa(i), ResourceVersion: strconv.Itoa(rv),
+				Labels:      map[string]string{LabelRole: roleShard},
+				Annotations: map[string]string{AnnotationShards: "3"}},
+		}
+	}
+	for _, le := range []any{
+		member("a", 5), member("b", 20), member("c", 8), member("e", 4), member("f", 12),
+		shard(0, 6), shard(1, 30), shard(2, 3),
+	} {
+		if err := g.Add(le); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seenC := g.members["c"].at
+
+	if err := g.Replace([]any{
+		member("a", 9), member("c", 8), member("d", 7), member("f", 9), shard(0, 9),
+	}, "10"); err != nil {
+		t.Fatal(err)
+	}
+
+	rvs := map[string]string{}
+	for id, m := range g.members {
+		rvs[id] = m.ref.rv
+	}
+	want := map[string]string{
+		"a": "9",  // listed newer than the view's
+		"b": "20", // not listed, but newer than the list: kept
+		"c": "8",  // unchanged
+		"d": "7",  // new
+		"f": "12", // listed older than the view's: the view's kept
+	} // and e, not listed and older than the list, is gone
+	if !maps.Equal(rvs, want) {
+		t.Errorf("members' versions after the relist: %v, want %v", rvs, want)
+	}
+	if at := g.members["c"].at; !at.Equal(seenC) {
+		t.Errorf("unchanged member c: first seen %v, now %v; want it kept", seenC, at)
+	}
+	if rv := g.shards[0].ref.rv; rv != "9" {
+		t.Errorf("shard 0 (listed newer): version %q, want 9", rv)
+	}
+	if rv := g.shards[1].ref.rv; rv != "30" {
+		t.Errorf("shard 1 (not listed, newer than the list): version %q, want 30", rv)
+	}
+	if g.shards[2].exists {
+		t.Errorf("shard 2 (not listed, older than the list) is still in the view")
+	}
+	select {
+	case <-g.synced:
+	default:
+		t.Fatal("the first Replace marks the view synced")
+	}
+}
