@@ -25,24 +25,22 @@ func TestScaleRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, shards, window = 100, 1024, 10 * retryPeriod
 		rg := newRing(t, shards, 1000)
-		var vc verbCounter
-		rg.react = vc.react
 		defer rg.stopAll()
 		for range n {
 			rg.start(false)
 		}
 		settle := rg.waitBalanced(leaseDuration + 10*retryPeriod)
-		start := vc.total()
+		start := rg.leases.TotalRequests()
 		time.Sleep(3 * retryPeriod)
 
 		measure := func(what string, d time.Duration, during func()) map[string]int64 {
-			before := vc.total()
+			before := rg.leases.TotalRequests()
 			end := time.Now().Add(d)
 			if during != nil {
 				during()
 			}
 			time.Sleep(time.Until(end))
-			after := vc.total()
+			after := rg.leases.TotalRequests()
 			delta := map[string]int64{}
 			var parts []string
 			for _, v := range []string{"list", "watch", "get", "create", "update", "delete"} {

@@ -3,7 +3,6 @@ package sharding_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -15,63 +14,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
-
-// verbCounter counts the Lease requests of every replica by verb, through
-// a reactor in front of the store (so it counts the same on a ring that
-// lists and on one that watches).
-type verbCounter struct {
-	mu sync.Mutex
-	n  map[string]map[string]int64 // identity → verb → requests
-}
-
-func (c *verbCounter) react(id string, cs *fake.Clientset) {
-	count := func(verb string) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.n == nil {
-			c.n = make(map[string]map[string]int64)
-		}
-		if c.n[id] == nil {
-			c.n[id] = make(map[string]int64)
-		}
-		c.n[id][verb]++
-	}
-	cs.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		count(a.GetVerb())
-		return false, nil, nil
-	})
-	cs.PrependWatchReactor("leases", func(a clienttesting.Action) (bool, watch.Interface, error) {
-		count("watch")
-		return false, nil, nil
-	})
-}
-
-// total returns the requests of everyone by verb.
-func (c *verbCounter) total() map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]int64{}
-	for _, m := range c.n {
-		for v, k := range m {
-			out[v] += k
-		}
-	}
-	return out
-}
-
-func (c *verbCounter) of(id string) map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]int64{}
-	for v, k := range c.n[id] {
-		out[v] = k
-	}
-	return out
-}
 
 // TestQuietRingNoList checks invariant 4 on reads: a quiet ring of 5
 // replicas over 20 RetryPeriods makes no LIST of its Leases (each
@@ -81,21 +26,19 @@ func TestQuietRingNoList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, periods = 5, 20
 		rg := newRing(t, 64, 200)
-		var vc verbCounter
-		rg.react = vc.react
 		defer rg.stopAll()
 		for range n {
 			rg.start(false)
 		}
 		rg.waitBalanced(leaseDuration)
 		time.Sleep(retryPeriod / 2)
-		before := vc.total()
+		before := rg.leases.TotalRequests()
 		perReplica := map[string]int64{}
 		for _, id := range rg.ids() {
 			perReplica[id] = rg.leases.Writes(id)
 		}
 		time.Sleep(periods * retryPeriod)
-		after := vc.total()
+		after := rg.leases.TotalRequests()
 		if d := after["list"] - before["list"]; d != 0 {
 			t.Errorf("invariant 4: a quiet ring of %d replicas made %d LISTs of its Leases in %d RetryPeriods, want none", n, d, periods)
 		}
@@ -126,8 +69,6 @@ func TestQuietRingNoList(t *testing.T) {
 func TestLaggingWatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rg := newRing(t, 16, 400)
-		var vc verbCounter
-		rg.react = vc.react
 		var refused atomic.Int64
 		rg.onWrite = func(id, verb string, _ *coordinationv1.Lease, err error) {
 			if id == "r-1" && verb == "delete" && err != nil {
@@ -149,11 +90,11 @@ func TestLaggingWatch(t *testing.T) {
 		if refused.Load() == 0 {
 			t.Errorf("the lagging replica tried no fence on its stale view: the test no longer delays it")
 		}
-		lists := vc.of(lagging)["list"]
+		lists := rg.leases.Requests(lagging)["list"]
 		rg.leases.ExpireWatches(lagging)
 		rg.leases.HoldWatches(lagging, false)
 		time.Sleep(maxPeriod)
-		if got := vc.of(lagging)["list"]; got != lists+1 {
+		if got := rg.leases.Requests(lagging)["list"]; got != lists+1 {
 			t.Errorf("%s listed %d times after its watch expired, want once", lagging, got-lists)
 		}
 		settle := rg.waitBalanced(leaseDuration)
