@@ -375,30 +375,34 @@ func TestGetBlocksUntilAdd(t *testing.T) {
 	}
 }
 
+// requireGetsWakeOnShutDown starts getters Gets on q, which is empty, and
+// checks that they block until ShutDown and then all report shutdown. It
+// runs inside a synctest bubble.
+func requireGetsWakeOnShutDown(t *testing.T, q *workqueue.Queue[string], getters int) {
+	t.Helper()
+	ch := make(chan getResult[string], getters)
+	for range getters {
+		go func() {
+			item, shutdown := q.Get()
+			ch <- getResult[string]{item, shutdown}
+		}()
+	}
+	synctest.Wait()
+	require.Empty(t, ch, "Get must block while the queue is empty")
+	q.ShutDown()
+	synctest.Wait()
+	require.Len(t, ch, getters, "every blocked Get must wake on ShutDown")
+	for range getters {
+		require.Equal(t, getResult[string]{"", true}, <-ch, "a Get woken by ShutDown must report shutdown")
+	}
+}
+
 // TestGetBlocksUntilShutDown checks that every Get waiting on an empty
 // queue wakes on ShutDown and reports shutdown.
 func TestGetBlocksUntilShutDown(t *testing.T) {
 	for _, cfg := range queueConfigs {
 		t.Run(cfg.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				q := cfg.new()
-				const getters = 5
-				ch := make(chan getResult[string], getters)
-				for range getters {
-					go func() {
-						item, shutdown := q.Get()
-						ch <- getResult[string]{item, shutdown}
-					}()
-				}
-				synctest.Wait()
-				require.Empty(t, ch, "Get must block while the queue is empty")
-				q.ShutDown()
-				synctest.Wait()
-				require.Len(t, ch, getters, "every blocked Get must wake on ShutDown")
-				for range getters {
-					require.Equal(t, getResult[string]{"", true}, <-ch, "a Get woken by ShutDown must report shutdown")
-				}
-			})
+			synctest.Test(t, func(t *testing.T) { requireGetsWakeOnShutDown(t, cfg.new(), 5) })
 		})
 	}
 }

@@ -461,16 +461,6 @@ func TestGetStopsAtShutDown(t *testing.T) {
 	// A Get blocked on an empty queue wakes on ShutDown and reports it, as
 	// without the option.
 	synctest.Test(t, func(t *testing.T) {
-		q := workqueue.NewWithConfig(workqueue.Config[string]{GetStopsAtShutDown: true})
-		ch := make(chan getResult[string], 1)
-		go func() {
-			item, shutdown := q.Get()
-			ch <- getResult[string]{item, shutdown}
-		}()
-		synctest.Wait()
-		require.Empty(t, ch, "Get must block while the queue is empty")
-		q.ShutDown()
-		synctest.Wait()
-		require.Equal(t, getResult[string]{"", true}, <-ch, "a Get woken by ShutDown must report shutdown")
+		requireGetsWakeOnShutDown(t, workqueue.NewWithConfig(workqueue.Config[string]{GetStopsAtShutDown: true}), 1)
 	})
 }
