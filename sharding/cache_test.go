@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -47,25 +46,6 @@ func nsObjects(t *testing.T, n, perNS int) *fake.Clientset {
 	return objs
 }
 
-// allNamespacesLW lists and watches Deployments (or ReplicaSets) in every
-// namespace of the fake clientset.
-func allNamespacesLW(objs *fake.Clientset, replicaSets bool) cache.ListerWatcher {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			if replicaSets {
-				return objs.AppsV1().ReplicaSets("").List(ctx, o)
-			}
-			return objs.AppsV1().Deployments("").List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			if replicaSets {
-				return objs.AppsV1().ReplicaSets("").Watch(ctx, o)
-			}
-			return objs.AppsV1().Deployments("").Watch(ctx, o)
-		},
-	}
-}
-
 // TestSyncBeforeAdmit holds back the LIST of one shard in one sharded
 // informer (the primary one, or one built by NewInformer for a type of
 // ShardedWith) of a replica that holds every shard. A controller enqueues
@@ -89,8 +69,8 @@ func TestSyncBeforeAdmit(t *testing.T) {
 func testSyncBeforeAdmit(t *testing.T, secondary bool) {
 	const shards, namespaces, perNS = 4, 16, 4
 	objs := nsObjects(t, namespaces, perNS)
-	primaryLW := fakeshards.New(allNamespacesLW(objs, false), true)
-	rsLW := fakeshards.New(allNamespacesLW(objs, true), true)
+	primaryLW := fakeshards.New(appsLW(objs, "", false), true)
+	rsLW := fakeshards.New(appsLW(objs, "", true), true)
 	defer primaryLW.Close()
 	defer rsLW.Close()
 	heldBack := sharding.ShardOf(sharding.Hash("ns-0"), shards)
@@ -521,13 +501,13 @@ func TestNewInformerPrimary(t *testing.T) {
 		if r.Informer() != nil {
 			t.Fatal("Informer() is not nil before NewInformer built it")
 		}
-		lw := fakeshards.New(allNamespacesLW(objs, false), true)
+		lw := fakeshards.New(appsLW(objs, "", false), true)
 		defer lw.Close()
 		inf := r.NewInformer(lw, &appsv1.Deployment{}, 0, nil)
 		if r.Informer() != inf {
 			t.Fatal("Informer() is not the informer NewInformer built for Config.Object's type")
 		}
-		if again := r.NewInformer(allNamespacesLW(objs, false), &appsv1.Deployment{}, 0, nil); again != inf {
+		if again := r.NewInformer(appsLW(objs, "", false), &appsv1.Deployment{}, 0, nil); again != inf {
 			t.Error("a second NewInformer for Config.Object's type built another informer")
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -581,7 +561,7 @@ func TestModeLogged(t *testing.T) {
 			defer klog.SetOutput(io.Discard)
 			synctest.Test(t, func(t *testing.T) {
 				objs := nsObjects(t, 2, 2)
-				lw := fakeshards.New(allNamespacesLW(objs, false), honour)
+				lw := fakeshards.New(appsLW(objs, "", false), honour)
 				defer lw.Close()
 				var g gauge
 				g.Set(-1)

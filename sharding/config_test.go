@@ -19,7 +19,7 @@ func TestNewValidates(t *testing.T) {
 	cs := fakeleases.New().Clientset("a")
 	q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 	ok := func() sharding.Config {
-		return sharding.Config{Client: cs, Namespace: "ns", Name: "ring", Identity: "a", Object: &appsv1.Deployment{}, ListerWatcher: deploymentsLW(fake.NewSimpleClientset()), Queue: q}
+		return sharding.Config{Client: cs, Namespace: "ns", Name: "ring", Identity: "a", Object: &appsv1.Deployment{}, ListerWatcher: appsLW(fake.NewSimpleClientset(), objectsNS, false), Queue: q}
 	}
 	if _, err := sharding.New(ok()); err != nil {
 		t.Fatalf("New with the required fields: %v", err)

@@ -26,15 +26,22 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// deploymentsLW lists and watches the Deployments of objectsNS in the
-// fake clientset (which ignores ShardSelector: fakeshards answers it).
-func deploymentsLW(objs *fake.Clientset) cache.ListerWatcher {
+// appsLW lists and watches the Deployments (or ReplicaSets) of namespace
+// ns ("" for every namespace) in the fake clientset, which ignores
+// ShardSelector: fakeshards answers it.
+func appsLW(objs *fake.Clientset, ns string, replicaSets bool) cache.ListerWatcher {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return objs.AppsV1().Deployments(objectsNS).List(ctx, o)
+			if replicaSets {
+				return objs.AppsV1().ReplicaSets(ns).List(ctx, o)
+			}
+			return objs.AppsV1().Deployments(ns).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return objs.AppsV1().Deployments(objectsNS).Watch(ctx, o)
+			if replicaSets {
+				return objs.AppsV1().ReplicaSets(ns).Watch(ctx, o)
+			}
+			return objs.AppsV1().Deployments(ns).Watch(ctx, o)
 		},
 	}
 }
@@ -269,7 +276,7 @@ func newRing(t *testing.T, shards, objects int) *ring {
 	}
 	// Start the fake server's cache now, so that a test measuring the
 	// replicas' heap from here counts only theirs.
-	rg.shardSrv = fakeshards.NewServer(deploymentsLW(rg.objs), true)
+	rg.shardSrv = fakeshards.NewServer(appsLW(rg.objs, objectsNS, false), true)
 	if _, err := rg.shardSrv.Client().List(metav1.ListOptions{Limit: 1}); err != nil {
 		t.Fatalf("starting the fake server: %v", err)
 	}
