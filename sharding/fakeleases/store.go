@@ -20,6 +20,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -260,20 +261,9 @@ func (s *Store) serve(identity string, a clienttesting.Action) (runtime.Object, 
 			sel = labels.Everything()
 		}
 		list := &coordinationv1.LeaseList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(s.rv, 10)}}
-		for k, l := range s.leases {
-			if k.Namespace == ns && sel.Matches(labels.Set(l.Labels)) {
-				list.Items = append(list.Items, *l.DeepCopy())
-			}
+		for _, l := range s.matchingLocked(ns, sel) {
+			list.Items = append(list.Items, *l.DeepCopy())
 		}
-		slices.SortFunc(list.Items, func(a, b coordinationv1.Lease) int {
-			switch {
-			case a.Name < b.Name:
-				return -1
-			case a.Name > b.Name:
-				return 1
-			}
-			return 0
-		})
 		return list, nil
 	case "create", "update", "delete":
 	default:
@@ -398,4 +388,18 @@ func (s *Store) createLocked(k types.NamespacedName, l *coordinationv1.Lease) *c
 	s.leases[k] = l
 	s.recordLocked(watch.Added, nil, l)
 	return l
+}
+
+// matchingLocked returns the Leases of namespace ns whose labels sel
+// matches, by name: what a LIST returns, and what a WATCH from "" or "0"
+// starts with. s.mu must be held.
+func (s *Store) matchingLocked(ns string, sel labels.Selector) []*coordinationv1.Lease {
+	var out []*coordinationv1.Lease
+	for k, l := range s.leases {
+		if k.Namespace == ns && sel.Matches(labels.Set(l.Labels)) {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b *coordinationv1.Lease) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

@@ -3,7 +3,6 @@ package fakeleases
 import (
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -157,14 +156,7 @@ func (s *Store) watchLocked(identity string, a clienttesting.WatchAction) (watch
 	switch rv := opts.ResourceVersion; rv {
 	case "", "0":
 		// The Leases as they are now, then every change from here.
-		var now []*coordinationv1.Lease
-		for k, l := range s.leases {
-			if k.Namespace == w.namespace && sel.Matches(labels.Set(l.Labels)) {
-				now = append(now, l)
-			}
-		}
-		slices.SortFunc(now, func(a, b *coordinationv1.Lease) int { return strings.Compare(a.Name, b.Name) })
-		for _, l := range now {
+		for _, l := range s.matchingLocked(w.namespace, sel) {
 			w.queue = append(w.queue, watch.Event{Type: watch.Added, Object: l.DeepCopy()})
 		}
 		s.watchers[w] = struct{}{}
