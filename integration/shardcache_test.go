@@ -37,6 +37,9 @@ var proofQuiet = flag.Duration("proof.quiet", 10*time.Second, "quiet window of T
 // lapsing). Handlers work briefly so that thousands of objects reconcile
 // in seconds.
 const (
+	// proofKilled is the replica the proof kills: it is started to skip
+	// its release, so that stopping it looks like a crash to the ring.
+	proofKilled        = "r1"
 	proofLeaseDuration = 8 * time.Second
 	proofRenewDeadline = 4 * time.Second
 	proofRetryPeriod   = 500 * time.Millisecond
@@ -102,7 +105,7 @@ func TestShardedCacheProof(t *testing.T) {
 			g.step("r0 leaves gracefully", func() time.Duration { return g.settle("") })
 			g.join("r8")
 			g.step("r8 joins", func() time.Duration { return g.settle("") })
-			g.kill("r1")
+			g.kill(proofKilled)
 			g.step("r1 killed (takeover)", func() time.Duration { return g.settle("") })
 			g.replicas["r2"].link.set(linkCut)
 			g.step("r2 cut off from its Leases (takeover)", func() time.Duration { return g.settle("r2") })
@@ -273,7 +276,7 @@ func (g *proofRing) start(id string) {
 		RenewDeadline: proofRenewDeadline,
 		RetryPeriod:   proofRetryPeriod,
 		GracePeriod:   proofGracePeriod,
-		SkipRelease:   id == "r1", // r1 is killed
+		SkipRelease:   id == proofKilled,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(g.ctx))
@@ -316,9 +319,13 @@ func (g *proofRing) start(id string) {
 	g.mu.Unlock()
 }
 
-// leave stops a replica gracefully; kill stops r1, which skips the release.
+// leave stops a replica gracefully; kill stops proofKilled, which skips
+// its release (a replica started otherwise would leave gracefully).
 func (g *proofRing) leave(id string) { g.stop(id) }
-func (g *proofRing) kill(id string)  { g.stop(id) }
+func (g *proofRing) kill(id string) {
+	require.Equal(g.t, proofKilled, id, "only proofKilled skips its release")
+	g.stop(id)
+}
 
 func (g *proofRing) stop(id string) {
 	g.mu.Lock()
@@ -382,7 +389,7 @@ func (g *proofRing) settle(except string) time.Duration {
 			return time.Since(start)
 		}
 		if time.Since(start) > proofSettleTimeout {
-			g.dumpLeases()
+			dumpLeases(g.t, g.ctx, g.admin, g.ns)
 			slowest := g.count.slowestLeaseWrite()
 			g.t.Fatalf("the ring did not settle in %v: %s; the replicas' requests: %s; slowest Lease write %v", proofSettleTimeout, why, formatCounts(g.count.reset()), slowest)
 		}
@@ -590,21 +597,4 @@ func (tr *proofTracker) report() (runs int, violations, absent, failures []strin
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return tr.runs, slices.Clone(tr.violations), slices.Clone(tr.absents), slices.Clone(tr.failures)
-}
-
-// dumpLeases logs the ring's Leases, for a ring that did not settle.
-func (g *proofRing) dumpLeases() {
-	l, err := g.admin.CoordinationV1().Leases(g.ns).List(g.ctx, metav1.ListOptions{})
-	if err != nil {
-		g.t.Logf("listing the Leases: %v", err)
-		return
-	}
-	for _, le := range l.Items {
-		var holder string
-		if le.Spec.HolderIdentity != nil {
-			holder = *le.Spec.HolderIdentity
-		}
-		g.t.Logf("Lease %s: resourceVersion %s, holder %q, session %q, acquired %v, renewed %v",
-			le.Name, le.ResourceVersion, holder, le.Annotations[sharding.AnnotationSession], le.Spec.AcquireTime, le.Spec.RenewTime)
-	}
 }

@@ -333,7 +333,7 @@ func (g *ring) settleWithout(except string) time.Duration {
 			return time.Since(start)
 		}
 		if time.Now().After(deadline) {
-			g.dumpLeases()
+			dumpLeases(g.t, g.ctx, g.admin, g.ns)
 			g.t.Fatalf("the ring did not settle in %v: %s", settleTimeout, last)
 		}
 		select {
@@ -344,11 +344,12 @@ func (g *ring) settleWithout(except string) time.Duration {
 	}
 }
 
-// dumpLeases logs the ring's Leases, for a ring that did not settle.
-func (g *ring) dumpLeases() {
-	l, err := g.admin.CoordinationV1().Leases(g.ns).List(g.ctx, metav1.ListOptions{})
+// dumpLeases logs the Leases of namespace ns, for a ring that did not
+// settle.
+func dumpLeases(t *testing.T, ctx context.Context, admin kubernetes.Interface, ns string) {
+	l, err := admin.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		g.t.Logf("listing the Leases: %v", err)
+		t.Logf("listing the Leases: %v", err)
 		return
 	}
 	for _, le := range l.Items {
@@ -356,7 +357,7 @@ func (g *ring) dumpLeases() {
 		if le.Spec.HolderIdentity != nil {
 			holder = *le.Spec.HolderIdentity
 		}
-		g.t.Logf("Lease %s: resourceVersion %s, holder %q, session %q, acquired %v, renewed %v",
+		t.Logf("Lease %s: resourceVersion %s, holder %q, session %q, acquired %v, renewed %v",
 			le.Name, le.ResourceVersion, holder, le.Annotations[sharding.AnnotationSession], le.Spec.AcquireTime, le.Spec.RenewTime)
 	}
 }
