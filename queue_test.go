@@ -72,15 +72,24 @@ type getResult[T any] struct {
 	shutdown bool
 }
 
+// startGets calls q.Get on n new goroutines and returns the channel each
+// sends what its Get returned to.
+func startGets[T comparable](q *workqueue.Queue[T], n int) chan getResult[T] {
+	ch := make(chan getResult[T], n)
+	for range n {
+		go func() {
+			item, shutdown := q.Get()
+			ch <- getResult[T]{item, shutdown}
+		}()
+	}
+	return ch
+}
+
 // tryGet calls q.Get on a new goroutine and returns what it returned, or
 // blocked == true if Get is durably blocked. A blocked Get is released with
 // ShutDown (the caller fails the test anyway), so the bubble can end.
 func tryGet[T comparable](q *workqueue.Queue[T]) (item T, shutdown, blocked bool) {
-	ch := make(chan getResult[T], 1)
-	go func() {
-		item, shutdown := q.Get()
-		ch <- getResult[T]{item, shutdown}
-	}()
+	ch := startGets(q, 1)
 	synctest.Wait()
 	select {
 	case r := <-ch:
@@ -356,11 +365,7 @@ func TestGetBlocksUntilAdd(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				q := cfg.new()
-				ch := make(chan getResult[string], 1)
-				go func() {
-					item, shutdown := q.Get()
-					ch <- getResult[string]{item, shutdown}
-				}()
+				ch := startGets(q, 1)
 				synctest.Wait()
 				require.Empty(t, ch, "Get must block while the queue is empty")
 				q.Add("a")
@@ -380,13 +385,7 @@ func TestGetBlocksUntilAdd(t *testing.T) {
 // runs inside a synctest bubble.
 func requireGetsWakeOnShutDown(t *testing.T, q *workqueue.Queue[string], getters int) {
 	t.Helper()
-	ch := make(chan getResult[string], getters)
-	for range getters {
-		go func() {
-			item, shutdown := q.Get()
-			ch <- getResult[string]{item, shutdown}
-		}()
-	}
+	ch := startGets(q, getters)
 	synctest.Wait()
 	require.Empty(t, ch, "Get must block while the queue is empty")
 	q.ShutDown()
@@ -413,13 +412,7 @@ func TestGetWakesOneGetterPerKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := workqueue.New[int]()
 		const getters, keys = 8, 3
-		ch := make(chan getResult[int], getters)
-		for range getters {
-			go func() {
-				item, shutdown := q.Get()
-				ch <- getResult[int]{item, shutdown}
-			}()
-		}
+		ch := startGets(q, getters)
 		synctest.Wait()
 		for k := range keys {
 			q.Add(k)

@@ -103,11 +103,7 @@ func TestZeroValueQueue(t *testing.T) {
 		var q workqueue.Queue[string]
 		require.Equal(t, 0, q.Len(), "an empty zero queue")
 		q.Done("x") // not processing: ignored
-		ch := make(chan getResult[string], 1)
-		go func() {
-			item, shutdown := q.Get()
-			ch <- getResult[string]{item, shutdown}
-		}()
+		ch := startGets(&q, 1)
 		synctest.Wait()
 		require.Empty(t, ch, "Get on an empty zero queue must block")
 		q.Add("a")
