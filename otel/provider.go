@@ -114,15 +114,18 @@ func DurationBoundaries() []float64 {
 // callbacks each observing the same attribute set would be the duplicate
 // observations the OpenTelemetry API asks callbacks not to make.)
 //
-// A queue that has shut down keeps its gauges while it still has keys ready,
-// waiting or being processed (a drain, or a stuck worker, stays visible).
-// The first collection that finds it shut down with nothing ready, waiting
-// or processing observes nothing for it and releases it; from then on the
-// name has no gauge points unless another live queue has that name. Its
-// counters and histograms stay, as cumulative sums should, and are shared
-// with any later queue of the same name. A queue that is never shut down is
-// reported, and kept reachable by the Provider, for as long as the Provider
-// is registered; Unregister releases them all.
+// A name's points stay for as long as the Provider is registered, as
+// client-go's series do: its counters and histograms keep counting across
+// queues of the name, as cumulative sums should, and its gauges are
+// observed at 0 when no queue of the name has keys ready, waiting or
+// processing, also once every queue of it has shut down. A queue that has
+// shut down keeps adding to its name's gauges while it still has keys
+// ready, waiting or being processed (a drain, or a stuck worker, stays
+// visible); the first collection that finds it shut down with none releases
+// it, so a process that makes and discards queues does not keep them
+// reachable. A queue that is never shut down is reported, and kept
+// reachable by the Provider, for as long as the Provider is registered;
+// Unregister releases them all.
 //
 // The zero value is not usable; use NewProvider. A Provider is safe for
 // concurrent use.
@@ -139,16 +142,18 @@ type Provider struct {
 	reg          metric.Registration
 
 	// The queues whose gauges are observed, by name: the rules above
-	// (sums, the larger longest, when a shut-down queue goes) are the
-	// Book's. Unregister closes it.
+	// (sums, the larger longest, when a shut-down queue goes, a name's
+	// gauges at 0 once none is left) are the Book's. Unregister closes
+	// it.
 	book metricsbook.Book[*nameState]
+	// names holds the state (counters included) of every name a queue
+	// has had, in the order the names first appeared; byName indexes it.
+	// Names are never forgotten, as cumulative counters must not be: the
+	// set grows with the number of distinct names, which is small and
+	// fixed in practice.
+	names metricsbook.Keys[*nameState]
 
-	mu sync.Mutex // protects names and byName
-	// names holds the counters of every name a queue has had, in the
-	// order the names first appeared; byName indexes it. Names are never
-	// forgotten, as cumulative counters must not be: the map grows with
-	// the number of distinct names, which is small and fixed in practice.
-	names  []*nameState
+	mu     sync.Mutex // protects byName
 	byName map[string]*nameState
 }
 
@@ -269,7 +274,7 @@ func (p *Provider) nameState(name string) *nameState {
 	if !ok {
 		n = &nameState{attr: metric.WithAttributeSet(attribute.NewSet(NameKey.String(name)))}
 		p.byName[name] = n
-		p.names = append(p.names, n)
+		p.names.Add(n) // before its queue joins the Book: see metricsbook.KeptTotals
 	}
 	return n
 }
@@ -291,28 +296,22 @@ func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) wo
 	}
 }
 
-// observe is the Provider's callback: it observes the counters of every
-// name, reads the Stats of every live queue and observes the gauges, one
-// point per name, in the order the names first had a queue.
+// observe is the Provider's callback: it reads the Stats of every live
+// queue and observes, for every name a queue has had, in the order the
+// names first had one, the counters and the gauges (0 for a name with no
+// live queue left).
 func (p *Provider) observe(_ context.Context, o metric.Observer) error {
-	totals, ok := metricsbook.Totals(&p.book)
+	totals, ok := metricsbook.KeptTotals(&p.book, &p.names)
 	if !ok {
 		// Unregister has run, and the SDK may still be running this
 		// callback: observe nothing from then on.
 		return nil
 	}
-	// After the Stats: every name with gauges has its counters observed
-	// too, since its state is made before its queue joins the Book.
-	p.mu.Lock()
-	names := append([]*nameState(nil), p.names...)
-	p.mu.Unlock()
-
-	for _, n := range names {
-		o.ObserveInt64(p.adds, n.adds.Load(), n.attr)
-		o.ObserveInt64(p.retries, n.retries.Load(), n.attr)
-	}
 	for _, g := range totals {
-		attr := g.Key.attr
+		n := g.Key
+		attr := n.attr
+		o.ObserveInt64(p.adds, n.adds.Load(), attr)
+		o.ObserveInt64(p.retries, n.retries.Load(), attr)
 		o.ObserveInt64(p.depth, int64(g.Depth), attr)
 		o.ObserveInt64(p.delayed, int64(g.Delayed), attr)
 		o.ObserveFloat64(p.unfinished, g.Unfinished.Seconds(), attr)
@@ -353,5 +352,5 @@ func (m *queueMetrics) Worked(d time.Duration) {
 }
 
 // ShutDown implements workqueue.QueueMetrics. It only marks the queue: the
-// next collections decide, from Stats, when its gauges go (see Provider).
+// next collections decide, from Stats, when it is released (see Provider).
 func (m *queueMetrics) ShutDown() { m.live.ShutDown() }

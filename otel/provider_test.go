@@ -464,9 +464,9 @@ func TestSameName(t *testing.T) {
 	})
 }
 
-// TestShutDown: a shut-down queue keeps its gauges while it has work; the
-// first collection that finds it idle drops them; counters and histograms
-// stay.
+// TestShutDown: a shut-down queue counts in its name's gauges while it has
+// work; the first collection that finds it idle releases it, and the name's
+// gauges stay at 0, as client-go's series do; counters and histograms stay.
 func TestShutDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, reader := newSDKProvider(t)
@@ -493,12 +493,16 @@ func TestShutDown(t *testing.T) {
 			collect(t, reader).values(t, "sd", depth, unfinished, longest), "b still processing")
 
 		q.Done(b)
-		s := collect(t, reader)
-		for _, metric := range gaugeNames {
-			_, ok := s.find(t, metric, "sd")
-			require.False(t, ok, "%s must be gone once the shut-down queue is idle", metric)
-			_, ok = s.find(t, metric, "other")
-			require.True(t, ok, "%s of another queue stays", metric)
+		var s snapshot
+		for range 2 { // the collection that releases it, and the next
+			s = collect(t, reader)
+			for _, metric := range gaugeNames {
+				v, ok := s.find(t, metric, "sd")
+				require.True(t, ok, "%s of the idle shut-down queue's name stays", metric)
+				require.Zero(t, v, "%s of the idle shut-down queue's name reads 0", metric)
+				_, ok = s.find(t, metric, "other")
+				require.True(t, ok, "%s of another queue stays", metric)
+			}
 		}
 		require.Equal(t, 1, wqotel.LiveQueues(p), "the idle shut-down queue is released")
 		require.Equal(t, map[string]float64{adds: 2, retries: 1}, s.values(t, "sd", adds, retries), "counters stay")
@@ -515,8 +519,8 @@ func TestShutDown(t *testing.T) {
 	})
 }
 
-// TestShutDownWithDrain: the gauges go with the first collection after a
-// drain has finished.
+// TestShutDownWithDrain: the first collection after a drain has finished
+// releases the queue; its name's gauges stay, at 0.
 func TestShutDownWithDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, reader := newSDKProvider(t)
@@ -535,9 +539,9 @@ func TestShutDownWithDrain(t *testing.T) {
 		require.True(t, ok, "a draining queue is reported")
 		q.Done(a)
 		<-drained
-		_, ok = collect(t, reader).find(t, depth, "drain")
-		require.False(t, ok, "a drained queue is not")
-		require.Equal(t, 0, wqotel.LiveQueues(p))
+		require.Equal(t, map[string]float64{depth: 0, delayed: 0, unfinished: 0, longest: 0},
+			collect(t, reader).values(t, "drain", gaugeNames...), "a drained queue's name reads 0")
+		require.Equal(t, 0, wqotel.LiveQueues(p), "and the queue is released")
 	})
 }
 
@@ -556,8 +560,7 @@ func TestShutDownQueueReleased(t *testing.T) {
 	runtime.GC()
 	require.NotNil(t, wp.Value(), "before a collection the Provider still holds the queue")
 	s := collect(t, reader)
-	_, ok := s.find(t, depth, "gone")
-	require.False(t, ok)
+	require.Equal(t, map[string]float64{depth: 0}, s.values(t, "gone", depth), "its name's depth stays, at 0")
 	runtime.GC()
 	require.Nil(t, wp.Value(), "after the collection the queue must be collectable")
 	require.Equal(t, map[string]float64{adds: 1}, s.values(t, "gone", adds), "its counter stays")
@@ -744,6 +747,7 @@ func TestConcurrent(t *testing.T) {
 	require.Equal(t, uint64(keys), n)
 	n, _ = s.count(t, workDuration, "c")
 	require.Equal(t, uint64(keys), n)
-	_, ok := s.find(t, depth, "c")
-	require.False(t, ok, "drained queue has no gauges")
+	require.Equal(t, map[string]float64{depth: 0, delayed: 0, unfinished: 0, longest: 0},
+		s.values(t, "c", gaugeNames...), "a drained queue's name reads 0")
+	require.Zero(t, wqotel.LiveQueues(p), "and the queue is released")
 }

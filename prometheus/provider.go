@@ -56,13 +56,17 @@ const nameLabel = "name"
 // sum over both queues, and workqueue_longest_running_processor_seconds the
 // larger of the two.
 //
-// A queue that has shut down keeps its gauges while it still has keys ready
-// or being processed (a drain, or a stuck worker, stays visible). The first
-// scrape that finds it shut down with nothing ready, waiting or processing
-// reports no gauges for it and releases it; from then on the name has no
-// gauges unless another live queue has that name. Its counters and
-// histograms stay, as Prometheus counters should, and are shared with any
-// later queue of the same name. A queue that is never shut down is reported,
+// A name's series stay for as long as the Provider is, as client-go's do
+// (component-base's provider and controller-runtime's never delete one): its
+// counters and histograms keep counting across queues of the name, and its
+// gauges read 0 when no queue of the name has keys ready, waiting or
+// processing, also once every queue of it has shut down. A queue that has
+// shut down keeps adding to its name's gauges while it still has keys
+// ready, waiting or being processed (a drain, or a stuck worker, stays
+// visible); the first scrape that finds it shut down with none releases it,
+// so a process that makes and discards queues does not keep them
+// reachable. What stays per name (its series and the name itself) is what
+// its counters already cost. A queue that is never shut down is reported,
 // and kept reachable by the Provider, for as long as the Provider is.
 //
 // The zero value is not usable; use NewProvider. A Provider is safe for
@@ -78,10 +82,12 @@ type Provider struct {
 	unfinished   *prom.Desc
 	longest      *prom.Desc
 
-	// The queues whose gauges are reported, by name: the rules above
-	// (sums, the larger longest, when a shut-down queue goes) are the
-	// Book's.
-	book metricsbook.Book[string]
+	// The queues whose gauges are reported, by name, and every name that
+	// has had one: the rules above (sums, the larger longest, when a
+	// shut-down queue goes, a name's gauges at 0 once none is left) are
+	// the Book's.
+	book  metricsbook.Book[string]
+	names metricsbook.Keys[string]
 }
 
 // queueMetrics receives the events of one queue. The children of the vecs
@@ -162,9 +168,10 @@ func NewProvider(reg prom.Registerer) *Provider {
 }
 
 // NewQueueMetrics implements workqueue.MetricsProvider. The queue calls it
-// once, from NewWithConfig; the queue's series (counters at zero) appear from
-// then on.
+// once, from NewWithConfig; the series of its name (counters and gauges at
+// zero) appear from then on, and stay.
 func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) workqueue.QueueMetrics {
+	p.names.Add(name) // before the Book's Add: see metricsbook.KeptTotals
 	return &queueMetrics{
 		adds:         p.adds.WithLabelValues(name),
 		retries:      p.retries.WithLabelValues(name),
@@ -196,10 +203,11 @@ func (p *Provider) Collect(ch chan<- prom.Metric) {
 	p.collectGauges(ch)
 }
 
-// collectGauges reports the gauges of every name that has a live queue,
-// summed (and the longest the larger) over the queues of that name.
+// collectGauges reports the gauges of every name that has had a queue:
+// summed (and the longest the larger) over the live queues of that name, 0
+// for a name with none left.
 func (p *Provider) collectGauges(ch chan<- prom.Metric) {
-	totals, _ := metricsbook.Totals(&p.book)
+	totals, _ := metricsbook.KeptTotals(&p.book, &p.names)
 	for _, g := range totals {
 		ch <- prom.MustNewConstMetric(p.depth, prom.GaugeValue, float64(g.Depth), g.Key)
 		ch <- prom.MustNewConstMetric(p.delayed, prom.GaugeValue, float64(g.Delayed), g.Key)
@@ -221,5 +229,5 @@ func (m *queueMetrics) Waited(d time.Duration) { m.queueLatency.Observe(d.Second
 func (m *queueMetrics) Worked(d time.Duration) { m.workDuration.Observe(d.Seconds()) }
 
 // ShutDown implements workqueue.QueueMetrics. It only marks the queue: the
-// next scrapes decide, from Stats, when its gauges go (see Provider).
+// next scrapes decide, from Stats, when it is released (see Provider).
 func (m *queueMetrics) ShutDown() { m.live.ShutDown() }

@@ -397,8 +397,9 @@ func TestSameName(t *testing.T) {
 	})
 }
 
-// TestShutDown: a shut-down queue keeps its gauges while it has work; the
-// first scrape that finds it idle drops them; counters and histograms stay.
+// TestShutDown: a shut-down queue counts in its name's gauges while it has
+// work; the first scrape that finds it idle releases it, and the name's
+// gauges stay at 0, as client-go's do; counters and histograms stay.
 func TestShutDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := prometheus.NewRegistry()
@@ -426,9 +427,11 @@ func TestShutDown(t *testing.T) {
 			values(t, reg, "sd", depth, unfinished, longest), "b still processing")
 
 		q.Done(b)
-		for _, metric := range gaugeNames {
-			require.Nil(t, find(t, reg, metric, "sd"), "%s must be gone once the shut-down queue is idle", metric)
-			require.NotNil(t, find(t, reg, metric, "other"), "%s of another queue stays", metric)
+		for range 2 { // the scrape that releases it, and the next
+			for _, metric := range gaugeNames {
+				require.Zero(t, value(t, reg, metric, "sd"), "%s of the idle shut-down queue's name stays, at 0", metric)
+				require.NotNil(t, find(t, reg, metric, "other"), "%s of another queue stays", metric)
+			}
 		}
 		require.Equal(t, 1, wqprom.LiveQueues(p), "the idle shut-down queue is released")
 		require.Equal(t, map[string]float64{adds: 2, retries: 1},
@@ -446,8 +449,8 @@ func TestShutDown(t *testing.T) {
 	})
 }
 
-// TestShutDownWithDrain: the gauges go with the first scrape after a drain
-// has finished.
+// TestShutDownWithDrain: the first scrape after a drain has finished
+// releases the queue; its name's gauges stay, at 0.
 func TestShutDownWithDrain(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	p := wqprom.NewProvider(reg)
@@ -464,8 +467,9 @@ func TestShutDownWithDrain(t *testing.T) {
 	require.NotNil(t, find(t, reg, depth, "drain"), "a draining queue is reported")
 	q.Done(a)
 	<-drained
-	require.Nil(t, find(t, reg, depth, "drain"), "a drained queue is not")
-	require.Equal(t, 0, wqprom.LiveQueues(p))
+	require.Equal(t, map[string]float64{depth: 0, delayed: 0, unfinished: 0, longest: 0},
+		values(t, reg, "drain", gaugeNames...), "a drained queue's name reads 0")
+	require.Equal(t, 0, wqprom.LiveQueues(p), "and the queue is released")
 }
 
 // TestShutDownQueueReleased: once dropped from the scrape, the Provider no
@@ -483,7 +487,7 @@ func TestShutDownQueueReleased(t *testing.T) {
 	}()
 	runtime.GC()
 	require.NotNil(t, wp.Value(), "before a scrape the Provider still holds the queue")
-	require.Nil(t, find(t, reg, depth, "gone"))
+	require.Zero(t, value(t, reg, depth, "gone"), "its name's depth stays, at 0")
 	runtime.GC()
 	require.Nil(t, wp.Value(), "after the scrape the queue must be collectable")
 	require.Equal(t, 1.0, value(t, reg, adds, "gone"), "its counter stays")
@@ -520,7 +524,8 @@ func TestConcurrent(t *testing.T) {
 		workers = 4
 	)
 	reg := prometheus.NewRegistry()
-	q := newQueue(wqprom.NewProvider(reg), "c")
+	p := wqprom.NewProvider(reg)
+	q := newQueue(p, "c")
 
 	var wg sync.WaitGroup
 	for range workers {
@@ -571,5 +576,7 @@ func TestConcurrent(t *testing.T) {
 	require.Equal(t, uint64(keys), n)
 	n, _ = histogram(t, reg, workDuration, "c")
 	require.Equal(t, uint64(keys), n)
-	require.Nil(t, find(t, reg, depth, "c"), "drained queue has no gauges")
+	require.Equal(t, map[string]float64{depth: 0, delayed: 0, unfinished: 0, longest: 0},
+		values(t, reg, "c", gaugeNames...), "a drained queue's name reads 0")
+	require.Zero(t, wqprom.LiveQueues(p), "and the queue is released")
 }

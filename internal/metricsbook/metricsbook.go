@@ -21,6 +21,15 @@
 //     none reports nothing for it and forgets it, so the provider no longer
 //     keeps it reachable. A queue never shut down is kept for as long as the
 //     Book is (or until Close).
+//   - Forgetting a queue does not take its series away: a key (a name) that
+//     has had a queue keeps its gauges, at 0 once no queue of it is left,
+//     for as long as the provider reports (Keys, KeptTotals). This is what
+//     the hosts show: client-go's series (component-base's provider,
+//     controller-runtime's) are never deleted, and an idle queue's read 0.
+//     It costs a provider nothing it did not already pay: its counters and
+//     histograms keep one series per key forever too, and a key holds no
+//     reference to any queue. A provider whose host keeps the series itself
+//     (interop/hostmetrics) needs no Keys.
 //
 // The package is internal to the core module's path, so only this
 // repository's modules import it; but an older release of prometheus/, otel/
@@ -192,4 +201,67 @@ func Totals[M comparable](b *Book[M]) ([]Total[M], bool) {
 		out[i].Add(s)
 	})
 	return out, ok
+}
+
+// Keys is the set of keys (a provider's queue names) whose gauges a
+// provider keeps reporting: every key that has had a queue in its Book, in
+// the order each first had one, whether or not a queue of it is still
+// there. A key is never removed: the set grows with the number of distinct
+// names, as the provider's counter series do.
+//
+// The zero value is an empty set, ready to use. Keys is safe for concurrent
+// use.
+type Keys[K comparable] struct {
+	mu    sync.Mutex // protects order and index
+	order []K
+	index map[K]struct{}
+}
+
+// Add adds key, if it is not in the set yet. Call it before the Book's Add
+// for a queue of that key, so that every key a scrape finds a queue of is
+// already in the set when KeptTotals lists it.
+func (k *Keys[K]) Add(key K) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.index[key]; ok {
+		return
+	}
+	if k.index == nil {
+		k.index = map[K]struct{}{}
+	}
+	k.index[key] = struct{}{}
+	k.order = append(k.order, key)
+}
+
+// All returns the keys, in the order they were first added, in a new
+// slice.
+func (k *Keys[K]) All() []K {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]K(nil), k.order...)
+}
+
+// KeptTotals is Totals for a provider that keeps its series: it reads the
+// Book (Each), then returns a Total for every key of keys, in their order,
+// with the Gauges of the key's queues combined, or zero Gauges when none of
+// its queues is left (never had one, or all forgotten). A queue whose key is
+// not in keys is left out: Keys.Add comes before Book.Add. False once the
+// Book is closed.
+func KeptTotals[K comparable](b *Book[K], keys *Keys[K]) ([]Total[K], bool) {
+	live, ok := Totals(b)
+	if !ok {
+		return nil, false
+	}
+	// Read after the Book: every queue just read had its key added
+	// before it joined the Book, so its key is in all.
+	all := keys.All()
+	byKey := make(map[K]Gauges, len(live))
+	for _, t := range live {
+		byKey[t.Key] = t.Gauges
+	}
+	out := make([]Total[K], len(all))
+	for i, k := range all {
+		out[i] = Total[K]{Key: k, Gauges: byKey[k]}
+	}
+	return out, true
 }

@@ -198,3 +198,47 @@ func TestConcurrent(t *testing.T) {
 	metricsbook.Totals(&b)
 	require.Zero(t, b.Len(), "every queue is shut down and empty")
 }
+
+// KeptTotals reports every key that has had a queue, in the order of their
+// first queue: the live queues' gauges combined, and zero gauges for a key
+// whose queues are all forgotten, which stays at zero.
+func TestKeptTotalsKeepForgottenKeysAtZero(t *testing.T) {
+	var (
+		b    metricsbook.Book[string]
+		keys metricsbook.Keys[string]
+	)
+	add := func(key string, f *fake) *metricsbook.Queue[string] {
+		keys.Add(key)
+		return b.Add(key, f.stats)
+	}
+	gone := &fake{s: workqueue.Stats{Processing: 1, UnfinishedWork: time.Second, LongestRunning: time.Second}}
+	live := &fake{s: workqueue.Stats{Dirty: 2, Ready: 2}}
+	q := add("gone", gone)
+	add("live", live)
+	add("live", &fake{s: workqueue.Stats{Dirty: 1, Ready: 1}})
+
+	totals, ok := metricsbook.KeptTotals(&b, &keys)
+	require.True(t, ok)
+	require.Equal(t, []metricsbook.Total[string]{
+		{Key: "gone", Gauges: metricsbook.Gauges{Unfinished: time.Second, Longest: time.Second}},
+		{Key: "live", Gauges: metricsbook.Gauges{Depth: 3}},
+	}, totals)
+
+	q.ShutDown()
+	gone.set(workqueue.Stats{})
+	for range 2 { // the scrape that forgets it, and the one after
+		totals, ok = metricsbook.KeptTotals(&b, &keys)
+		require.True(t, ok)
+		require.Equal(t, []metricsbook.Total[string]{
+			{Key: "gone"},
+			{Key: "live", Gauges: metricsbook.Gauges{Depth: 3}},
+		}, totals, "a key whose queues are forgotten stays, at zero")
+		require.Equal(t, 2, b.Len(), "while its queue is forgotten")
+	}
+	require.Equal(t, []string{"gone", "live"}, keys.All(), "each key once, in the order of its first queue")
+
+	b.Close()
+	totals, ok = metricsbook.KeptTotals(&b, &keys)
+	require.False(t, ok)
+	require.Empty(t, totals)
+}
