@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/go-coalesce/workqueue v0.1.0
+	github.com/go-coalesce/workqueue/prometheus v0.1.0
 	github.com/go-coalesce/workqueue/sharding v0.1.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0
@@ -91,3 +92,5 @@ require (
 replace github.com/go-coalesce/workqueue => ../
 
 replace github.com/go-coalesce/workqueue/sharding => ../sharding
+
+replace github.com/go-coalesce/workqueue/prometheus => ../prometheus

@@ -54,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
@@ -136,6 +137,12 @@ type liveQueue struct {
 	labels     []string          // Host.Labels(name)
 	byPriority func(map[int]int) // nil without a PriorityStore
 	name       string
+	// added is set by the queue's first Added, for a queue without a
+	// PriorityStore on a host whose depth has a priority label: its
+	// depth series (priority 0) exists from then on, as
+	// controller-runtime's priority queue makes a priority's series at
+	// the first add at it. Unused otherwise.
+	added atomic.Bool
 }
 
 var (
@@ -197,9 +204,12 @@ func onlyDesc(c prometheus.Collector) (*prometheus.Desc, error) {
 }
 
 // NewQueueMetrics implements workqueue.MetricsProvider. The queue's series
-// exist from then on, as a client-go queue's do from its constructor: depth
-// (at priority 0 where the host has that label), the two age gauges, and
-// the counters and histograms at zero.
+// exist from then on, as a client-go queue's do from its constructor: depth,
+// the two age gauges, and the counters and histograms at zero. Where the
+// host labels depth by priority (controller-runtime), depth at priority 0
+// exists from the queue's first add instead, as controller-runtime's
+// priority queue makes it. The series stay, at 0 once the queue is idle,
+// also after it shuts down, as the host's own do.
 func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) workqueue.QueueMetrics {
 	return p.newQueueMetrics(name, stats, nil)
 }
@@ -217,23 +227,30 @@ func (p *Provider) newQueueMetrics(name string, stats func() workqueue.Stats, by
 	h := &p.host
 	lvs := h.Labels(name)
 	live := &liveQueue{labels: lvs, name: name}
-	if h.Priority {
-		live.byPriority = byPriority
-		if byPriority == nil {
-			h.Depth.Touch(append(lvs[:len(lvs):len(lvs)], "0")...)
-		}
-	} else {
-		h.Depth.Touch(lvs...)
-	}
-	h.Unfinished.Touch(lvs...)
-	h.Longest.Touch(lvs...)
-	return &queueMetrics{
+	m := &queueMetrics{
 		adds:         h.Adds(lvs...),
 		retries:      h.Retries(lvs...),
 		queueLatency: h.Latency(lvs...),
 		workDuration: h.WorkDuration(lvs...),
-		live:         p.book.Add(live, stats),
 	}
+	switch {
+	case !h.Priority:
+		// Depth exists from the constructor, as client-go's does.
+		h.Depth.Touch(lvs...)
+	case byPriority == nil:
+		// Depth at priority 0 exists from the first add, as
+		// controller-runtime's priority queue makes it: the queue's
+		// series at idle are its series.
+		depth0 := withPriority(lvs, "0")
+		m.firstAdd = func() { h.Depth.Touch(depth0...) }
+		m.added = &live.added
+	default:
+		live.byPriority = byPriority
+	}
+	h.Unfinished.Touch(lvs...)
+	h.Longest.Touch(lvs...)
+	m.live = p.book.Add(live, stats)
+	return m
 }
 
 // queueMetrics receives the events of one queue; the host's children are
@@ -242,10 +259,22 @@ type queueMetrics struct {
 	adds, retries              Counter
 	queueLatency, workDuration Observer
 	live                       *metricsbook.Queue[*liveQueue]
+	// firstAdd, if not nil, makes the depth series of a queue whose
+	// depth the host labels by priority but which has no PriorityStore;
+	// added (the liveQueue's) tells it has run.
+	firstAdd func()
+	added    *atomic.Bool
 }
 
-// Added implements workqueue.QueueMetrics.
-func (m *queueMetrics) Added() { m.adds.Inc() }
+// Added implements workqueue.QueueMetrics. The first one of a queue whose
+// depth series is made by its first add (see newQueueMetrics) makes it:
+// once per queue, one atomic load per add after that.
+func (m *queueMetrics) Added() {
+	m.adds.Inc()
+	if m.firstAdd != nil && !m.added.Load() && !m.added.Swap(true) {
+		m.firstAdd()
+	}
+}
 
 // Retried implements workqueue.QueueMetrics.
 func (m *queueMetrics) Retried() { m.retries.Inc() }
@@ -369,7 +398,11 @@ func (p *Provider) values(kind gaugeKind) []*value {
 			return
 		}
 		if q.byPriority == nil {
-			series(withPriority(q.labels, "0")).g.Add(s)
+			// From the first add on; a scrape may run between an Add
+			// and its Added event, and then finds the key dirty.
+			if q.added.Load() || s.Dirty > 0 {
+				series(withPriority(q.labels, "0")).g.Add(s)
+			}
 			return
 		}
 		counts := map[int]int{}

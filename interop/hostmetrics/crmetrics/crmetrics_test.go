@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
@@ -273,4 +275,150 @@ func TestProviderIsOnePerProcess(t *testing.T) {
 	require.Same(t, crmetrics.Provider(), crmetrics.Provider())
 	_, err := crmetrics.NewProvider()
 	require.NoError(t, err)
+}
+
+// strLimiter is a per-key backoff from 1ms, for the queues of
+// TestSeriesAtIdleAfterWorkAndAfterShutDown.
+func strLimiter() clientworkqueue.TypedRateLimiter[string] {
+	return clientworkqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Millisecond, 10*time.Millisecond)
+}
+
+// work runs the keys queued on q, n of them, and the runs they ask for,
+// with one worker in the calling goroutine, controller-style: "b" fails
+// once (AddRateLimited) and "c" asks to run again in 1ms (AddAfter), the
+// others succeed (Forget): n+2 runs. The queue's delays pass on synctest's
+// clock while Get waits.
+func work(q clientworkqueue.TypedRateLimitingInterface[string], n int) {
+	calls := map[string]int{}
+	for range n + 2 {
+		k, _ := q.Get()
+		calls[k]++
+		switch {
+		case k == "b" && calls[k] == 1:
+			q.AddRateLimited(k)
+		case k == "c" && calls[k] == 1:
+			q.Forget(k)
+			q.AddAfter(k, time.Millisecond)
+		default:
+			q.Forget(k)
+		}
+		q.Done(k)
+	}
+}
+
+// TestSeriesAtIdleAfterWorkAndAfterShutDown puts our plain queue and
+// crpriority side by side with controller-runtime's priority queue (its
+// default) and its client-go queue, each reporting its own way into
+// metrics.Registry, and compares their series for series (names, types,
+// help, labels, buckets, values) at idle, with work queued, once all work
+// is done, and after ShutDown, with time on synctest's clock so that
+// controller-runtime's age gauges, refreshed every 500 ms, are current. At
+// idle, after the work and after ShutDown every gauge is at 0 in both, and
+// no series has gone: controller-runtime never deletes one, and neither do
+// we (a shut-down queue is released, its series stay at the host's 0).
+//
+// Depth by priority: controller-runtime's priority queue makes a priority's
+// series at the first add at it; ours, at the first scrape that finds a key
+// at it (see the crmetrics package doc). The scrape with work queued is
+// that scrape here, so the series line up from then on.
+func TestSeriesAtIdleAfterWorkAndAfterShutDown(t *testing.T) {
+	crmetrics.Provider() // outside the bubble: found once per process
+	synctest.Test(t, func(t *testing.T) {
+		names := struct{ ours, oursPrio, cr, crPrio, clientgo string }{
+			unique("idle-ours"), unique("idle-ours-prio"), unique("idle-cr"), unique("idle-cr-prio"), unique("idle-clientgo"),
+		}
+		type rlq = clientworkqueue.TypedRateLimitingInterface[string]
+		crQueue := func(name string) rlq {
+			return priorityqueue.New(name, func(o *priorityqueue.Opts[string]) { o.RateLimiter = strLimiter() })
+		}
+		queues := map[string]rlq{
+			names.ours:     workqueue.NewRateLimitingQueueWithConfig(strLimiter(), workqueue.Config[string]{Name: names.ours, Metrics: crmetrics.Provider()}),
+			names.oursPrio: crpriority.New(strLimiter(), workqueue.Config[string]{Name: names.oursPrio, Metrics: crmetrics.Provider()}),
+			names.cr:       crQueue(names.cr),
+			names.crPrio:   crQueue(names.crPrio),
+			names.clientgo: clientworkqueue.NewTypedRateLimitingQueueWithConfig(strLimiter(), clientworkqueue.TypedRateLimitingQueueConfig[string]{Name: names.clientgo}),
+		}
+		plain := []item{{"a", 0}, {"b", 0}, {"c", 0}, {"d", 0}}
+		prio := []item{{"a", 0}, {"b", 0}, {"c", -100}, {"d", -100}}
+		adds := map[string][]item{names.ours: plain, names.cr: plain, names.clientgo: plain, names.oursPrio: prio, names.crPrio: prio}
+
+		scrapeAll := func() map[string]map[string]scrape.Series {
+			synctest.Wait() // controller-runtime's queue counts adds in a goroutine of its own
+			out := map[string]map[string]scrape.Series{}
+			for name := range queues {
+				s, err := scrape.Of(metrics.Registry, name)
+				require.NoError(t, err, "a scrape of metrics.Registry must not fail")
+				out[name] = s
+			}
+			return out
+		}
+		// The client-go queue's depth has priority="" where the priority
+		// queue's has "0".
+		relabel := func(ss map[string]scrape.Series) map[string]scrape.Series {
+			out := map[string]scrape.Series{}
+			for _, s := range ss {
+				if s.Family == "workqueue_depth" {
+					s.Labels = strings.Replace(s.Labels, "priority=", "priority=0", 1)
+				}
+				out[s.Key()] = s
+			}
+			return out
+		}
+		zeroGauges := func(phase string, s map[string]scrape.Series) {
+			for _, g := range s {
+				if g.Type == "GAUGE" {
+					require.Zero(t, g.Value, "%s: %s", phase, g.Key())
+				}
+			}
+		}
+		check := func(phase string, clientgoToo bool) map[string]map[string]scrape.Series {
+			s := scrapeAll()
+			require.Equal(t, s[names.cr], s[names.ours], "%s: our plain queue's series and values must be controller-runtime's priority queue's", phase)
+			require.Equal(t, s[names.crPrio], s[names.oursPrio], "%s: crpriority's series and values must be controller-runtime's priority queue's", phase)
+			if clientgoToo {
+				require.Equal(t, relabel(s[names.clientgo]), s[names.ours], "%s: a client-go queue's differ only in depth's priority label", phase)
+			}
+			return s
+		}
+
+		time.Sleep(time.Second) // a refresh of controller-runtime's age gauges
+		s := check("idle", false)
+		require.Len(t, s[names.ours], 6, "idle: no depth series before the first add, as controller-runtime's priority queue")
+		require.Contains(t, s[names.clientgo], `workqueue_depth{controller=Q,name=Q,priority=}`, "a client-go queue has depth from its constructor")
+		for name, q := range queues {
+			zeroGauges("idle "+name, s[name])
+			for _, it := range adds[name] {
+				if pq, ok := q.(priorityqueue.PriorityQueue[string]); ok {
+					pq.AddWithOpts(priorityqueue.AddOpts{Priority: &it.prio}, it.name)
+				} else {
+					q.Add(it.name)
+				}
+			}
+		}
+		s = check("queued", true)
+		require.Equal(t, 2.0, s[names.oursPrio][`workqueue_depth{controller=Q,name=Q,priority=-100}`].Value)
+
+		for name, q := range queues {
+			work(q, len(adds[name]))
+		}
+		time.Sleep(time.Second)
+		s = check("all work done", true)
+		require.Equal(t, 6.0, s[names.ours][`workqueue_work_duration_seconds{controller=Q,name=Q}`].Value, "four runs and two again")
+		require.Len(t, s[names.oursPrio], 8, "depth at priorities 0 and -100, at 0, and the six others")
+		for name := range queues {
+			zeroGauges("all work done "+name, s[name])
+		}
+
+		for _, q := range queues {
+			q.ShutDown()
+		}
+		time.Sleep(time.Second)
+		for _, phase := range []string{"shut down", "shut down, scraped again"} {
+			s = check(phase, true)
+			for name := range queues {
+				zeroGauges(phase+" "+name, s[name])
+			}
+		}
+		require.Len(t, s[names.ours], 7, "every series stays after ShutDown")
+	})
 }

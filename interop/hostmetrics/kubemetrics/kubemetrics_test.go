@@ -5,11 +5,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/interop/hostmetrics/internal/scrape"
 	"github.com/go-coalesce/workqueue/interop/hostmetrics/kubemetrics"
+	wqprom "github.com/go-coalesce/workqueue/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	clientworkqueue "k8s.io/client-go/util/workqueue"
@@ -195,4 +198,97 @@ func TestNameAloneReportsNothingWithoutRegister(t *testing.T) {
 	got, err = scrape.Of(legacyregistry.DefaultGatherer, theirs)
 	require.NoError(t, err)
 	require.NotEmpty(t, got, "while client-go's queue of a name reports (so the scrape can see series)")
+}
+
+// TestSeriesAtIdleAfterWorkAndAfterShutDown puts side by side a client-go
+// queue reporting through component-base's provider (in the legacy
+// registry), ours through kubemetrics (the same registry), and ours through
+// the Prometheus adapter (github.com/go-coalesce/workqueue/prometheus, on a
+// fresh registry), each under its own name, and compares their series for
+// series at idle, once all work is done, and after ShutDown, with time on
+// synctest's clock so that client-go's age gauges, refreshed every 500 ms,
+// are current. kubemetrics must show client-go's series exactly (help
+// included); the adapter the same names, types, labels, buckets and
+// values, and its workqueue_delayed_items besides. Every gauge reads 0 in
+// all three at idle, after the work and after ShutDown, and no series goes
+// away: component-base never deletes one, and neither do we.
+func TestSeriesAtIdleAfterWorkAndAfterShutDown(t *testing.T) {
+	kubemetrics.Provider() // outside the bubble: its first call makes a client-go queue
+	synctest.Test(t, func(t *testing.T) {
+		th, o, a := unique("idle-theirs"), unique("idle-ours"), unique("idle-adapter")
+		adapterReg := prometheus.NewRegistry()
+		adapter := wqprom.NewProvider(adapterReg)
+		queues := []rlQueue{theirs(th), ours(o),
+			workqueue.NewRateLimitingQueueWithConfig(limiter(), workqueue.Config[string]{Name: a, Metrics: adapter})}
+
+		// withoutHelp drops what only differs by registry: component-base
+		// writes the stability level into the help.
+		withoutHelp := func(ss map[string]scrape.Series) map[string]scrape.Series {
+			out := map[string]scrape.Series{}
+			for k, s := range ss {
+				s.Help = ""
+				out[k] = s
+			}
+			return out
+		}
+		check := func(phase string) {
+			theirsS, err := scrape.Of(legacyregistry.DefaultGatherer, th)
+			require.NoError(t, err)
+			oursS, err := scrape.Of(legacyregistry.DefaultGatherer, o)
+			require.NoError(t, err)
+			adapterS, err := scrape.Of(adapterReg, a)
+			require.NoError(t, err)
+
+			require.Len(t, theirsS, 7, "%s: client-go's seven series", phase)
+			require.Equal(t, theirsS, oursS, "%s: kubemetrics' series and values must be client-go's", phase)
+			delayed, ok := adapterS[`workqueue_delayed_items{name=Q}`]
+			require.True(t, ok, "%s: the adapter's delayed items", phase)
+			require.Zero(t, delayed.Value, "%s: delayed items", phase)
+			delete(adapterS, delayed.Key())
+			require.Equal(t, withoutHelp(theirsS), withoutHelp(adapterS), "%s: the adapter's series and values must be client-go's", phase)
+			for _, s := range theirsS {
+				if s.Type == "GAUGE" {
+					require.Zero(t, s.Value, "%s: %s", phase, s.Key())
+				}
+			}
+		}
+
+		time.Sleep(time.Second) // a refresh of client-go's age gauges
+		check("idle")
+		for _, q := range queues {
+			work(q)
+		}
+		time.Sleep(time.Second)
+		check("all work done")
+		for _, q := range queues {
+			q.ShutDown()
+		}
+		time.Sleep(time.Second)
+		check("shut down")
+		check("shut down, scraped again")
+	})
+}
+
+// work runs keys on q with one worker in the calling goroutine, as run's
+// controller does (default/b fails once, default/c runs again after 1ms):
+// seven runs. The delays pass on synctest's clock while Get waits.
+func work(q rlQueue) {
+	for _, k := range keys {
+		q.Add(k)
+	}
+	calls := map[string]int{}
+	for range len(keys) + 2 {
+		key, _ := q.Get()
+		calls[key]++
+		switch {
+		case key == "default/b" && calls[key] == 1:
+			q.AddRateLimited(key)
+		case key == "default/c" && calls[key] == 1:
+			q.Forget(key)
+			q.AddAfter(key, time.Millisecond)
+		default:
+			q.Forget(key)
+		}
+		q.Done(key)
+	}
 }
