@@ -39,6 +39,8 @@ import (
 	"github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/internal/metricsbook"
 	prom "github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 )
 
 // The label that names the queue, as in client-go.
@@ -195,12 +197,53 @@ func (p *Provider) Describe(ch chan<- *prom.Desc) {
 
 // Collect implements prometheus.Collector. It reads the Stats of every live
 // queue, so a scrape costs one brief lock of each queue.
+//
+// A scrape is one cut through the queues' history, as far as a reader can
+// tell: the counters and histograms are written first, then the gauges read
+// the queues, so a run counted in workqueue_work_duration_seconds (its Done
+// has returned) has ended in the gauges of the same scrape; a reader that
+// waits for every run to be counted reads a longest running processor of 0
+// in that scrape. The values are written here, not left to the registry: a
+// vector's children are live, and a registry writes them when it gets to
+// them, which may be after the gauges have read the queues.
 func (p *Provider) Collect(ch chan<- prom.Metric) {
-	p.adds.Collect(ch)
-	p.retries.Collect(ch)
-	p.queueLatency.Collect(ch)
-	p.workDuration.Collect(ch)
+	collectWritten(p.adds, ch)
+	collectWritten(p.retries, ch)
+	collectWritten(p.queueLatency, ch)
+	collectWritten(p.workDuration, ch)
 	p.collectGauges(ch)
+}
+
+// collectWritten collects c into ch with each metric's value written at
+// once.
+func collectWritten(c prom.Collector, ch chan<- prom.Metric) {
+	mc := make(chan prom.Metric, 16)
+	go func() {
+		c.Collect(mc)
+		close(mc)
+	}()
+	for metric := range mc {
+		d := &dto.Metric{}
+		if err := metric.Write(d); err != nil {
+			ch <- metric // the registry reports the error
+			continue
+		}
+		ch <- written{desc: metric.Desc(), m: d}
+	}
+}
+
+// written is a metric whose value was written when it was collected.
+type written struct {
+	desc *prom.Desc
+	m    *dto.Metric
+}
+
+func (w written) Desc() *prom.Desc { return w.desc }
+
+func (w written) Write(out *dto.Metric) error {
+	proto.Reset(out)
+	proto.Merge(out, w.m)
+	return nil
 }
 
 // collectGauges reports the gauges of every name that has had a queue:
