@@ -41,6 +41,17 @@
 // subpackages, and never for a registry where the families are absent; and
 // a scrape that runs while New swaps a family may miss that family once.
 //
+// One scrape is one cut through the queues' history, as far as a reader can
+// tell: the host's counters and histograms (Host.Events) are taken off the
+// registry too and collected by the same collector, before the gauges. A
+// registry collects its collectors concurrently, so with the families
+// apart a scrape could read the age gauges before a worker's Done and
+// workqueue_work_duration_seconds after it, and show every run counted with
+// one still running (a longest running processor of a few ms "after all
+// work is done"). Collected in this order, a run counted in a scrape's
+// work_duration has ended in that scrape's gauges, as with the Prometheus
+// adapter, whose one collector reads them in the same order.
+//
 // A queue that has shut down and has nothing ready, waiting or processing
 // stops contributing (its series stay, at the value the host holds, 0),
 // and is forgotten by the Provider: the rule of the Prometheus and
@@ -61,6 +72,7 @@ import (
 	"github.com/go-coalesce/workqueue/internal/metricsbook"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 )
 
 // Counter is a host counter child: Inc is all a queue needs.
@@ -99,6 +111,13 @@ type Host struct {
 	Latency, WorkDuration func(labelValues ...string) Observer
 	// The host's gauge families.
 	Depth, Unfinished, Longest GaugeFamily
+	// Events are the host's counter and histogram collectors (adds,
+	// retries, queue and work durations), as registered on Registerer.
+	// New takes them off it with the gauges and collects them, unchanged,
+	// before the gauges, so that a scrape is one cut (see the package
+	// doc). Optional: those left out are collected by the registry as
+	// before, apart from the gauges.
+	Events []prometheus.Collector
 }
 
 // MaxPriorities bounds the priority label values of one name, as
@@ -150,43 +169,58 @@ var (
 	_ workqueue.PriorityMetricsProvider = (*Provider)(nil)
 )
 
-// New returns a Provider for h. It replaces each of the host's three gauge
-// collectors on h.Registerer by a collector that reports the host's series
-// and the queues' (see the package doc), and fails, leaving the registry as
-// it was, if one of them is not registered there. Call it once per
-// registry: a second call would wrap the wrappers.
+// New returns a Provider for h. It takes the host's three gauge collectors
+// and its Events off h.Registerer and registers in their place one
+// collector that reports the host's counters and histograms as they are,
+// then the host's gauge series and the queues' (see the package doc). It
+// fails, leaving the registry as it was, if one of them is not registered
+// there. Call it once per registry: a second call would wrap the wrappers.
 func New(h Host) (*Provider, error) {
 	p := &Provider{host: h, prios: map[string]prioSeen{}}
 	fams := []struct {
 		f    GaugeFamily
 		kind gaugeKind
 	}{{h.Depth, depthGauge}, {h.Unfinished, unfinishedGauge}, {h.Longest, longestGauge}}
-	var done []*mergedGauge
-	undo := func() {
-		for _, m := range done {
-			h.Registerer.Unregister(m)
-			_ = h.Registerer.Register(m.host.Collector)
-		}
-	}
+	m := &merged{events: h.Events}
 	for _, f := range fams {
 		desc, err := onlyDesc(f.f.Collector)
 		if err != nil {
-			undo()
 			return nil, err
 		}
-		m := &mergedGauge{p: p, host: f.f, desc: desc, kind: f.kind}
-		if !h.Registerer.Unregister(f.f.Collector) {
-			undo()
-			return nil, fmt.Errorf("hostmetrics: %s is not registered where the host's workqueue metrics should be", desc)
+		m.gauges = append(m.gauges, &mergedGauge{p: p, host: f.f, desc: desc, kind: f.kind})
+	}
+	var taken []prometheus.Collector
+	undo := func() {
+		for _, c := range taken {
+			_ = h.Registerer.Register(c)
 		}
-		if err := h.Registerer.Register(m); err != nil {
-			_ = h.Registerer.Register(f.f.Collector)
+	}
+	for _, c := range m.hostCollectors() {
+		if !h.Registerer.Unregister(c) {
 			undo()
-			return nil, fmt.Errorf("hostmetrics: registering the merged %s: %w", desc, err)
+			return nil, fmt.Errorf("hostmetrics: %s is not registered where the host's workqueue metrics should be", describe(c))
 		}
-		done = append(done, m)
+		taken = append(taken, c)
+	}
+	if err := h.Registerer.Register(m); err != nil {
+		undo()
+		return nil, fmt.Errorf("hostmetrics: registering the merged workqueue metrics: %w", err)
 	}
 	return p, nil
+}
+
+// describe names a collector's families, for errors.
+func describe(c prometheus.Collector) string {
+	ch := make(chan *prometheus.Desc, 8)
+	go func() {
+		c.Describe(ch)
+		close(ch)
+	}()
+	var names []string
+	for d := range ch {
+		names = append(names, d.String())
+	}
+	return strings.Join(names, ", ")
 }
 
 func onlyDesc(c prometheus.Collector) (*prometheus.Desc, error) {
@@ -297,7 +331,81 @@ const (
 	longestGauge
 )
 
-// mergedGauge stands on the registry in place of one host gauge family.
+// merged stands on the registry in place of the host's gauge collectors and
+// its Events.
+type merged struct {
+	events []prometheus.Collector // the host's, collected first
+	gauges []*mergedGauge         // depth, unfinished work, longest running
+}
+
+// hostCollectors are the host's collectors that m replaces.
+func (m *merged) hostCollectors() []prometheus.Collector {
+	cs := append([]prometheus.Collector(nil), m.events...)
+	for _, g := range m.gauges {
+		cs = append(cs, g.host.Collector)
+	}
+	return cs
+}
+
+// Describe implements prometheus.Collector with the host's Descs, so the
+// registry checks our series against the host's families as before.
+func (m *merged) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.events {
+		c.Describe(ch)
+	}
+	for _, g := range m.gauges {
+		g.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector: the host's counters and
+// histograms first, their values written now, then the gauges, which read
+// the queues' Stats only after that. A run counted in the histograms has
+// ended in the Stats read after them.
+func (m *merged) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.events {
+		collectWritten(c, ch)
+	}
+	for _, g := range m.gauges {
+		g.Collect(ch)
+	}
+}
+
+// collectWritten collects c into ch with each metric's value written at
+// once. A vector's children are live: the registry writes their values
+// when it gets to them, which may be after the gauges collected next have
+// read the queues, and would make the cut of Collect no cut.
+func collectWritten(c prometheus.Collector, ch chan<- prometheus.Metric) {
+	mc := make(chan prometheus.Metric, 16)
+	go func() {
+		c.Collect(mc)
+		close(mc)
+	}()
+	for metric := range mc {
+		d := &dto.Metric{}
+		if err := metric.Write(d); err != nil {
+			ch <- metric // the registry reports the error
+			continue
+		}
+		ch <- written{desc: metric.Desc(), m: d}
+	}
+}
+
+// written is a metric whose value was written when it was collected.
+type written struct {
+	desc *prometheus.Desc
+	m    *dto.Metric
+}
+
+func (w written) Desc() *prometheus.Desc { return w.desc }
+
+func (w written) Write(out *dto.Metric) error {
+	proto.Reset(out)
+	proto.Merge(out, w.m)
+	return nil
+}
+
+// mergedGauge reports one host gauge family, with our queues' values.
 type mergedGauge struct {
 	p    *Provider
 	host GaugeFamily
@@ -305,11 +413,10 @@ type mergedGauge struct {
 	kind gaugeKind
 }
 
-// Describe implements prometheus.Collector with the host's Desc, so the
-// registry checks our series against the host's family as before.
+// Describe yields the host's Desc.
 func (m *mergedGauge) Describe(ch chan<- *prometheus.Desc) { ch <- m.desc }
 
-// Collect implements prometheus.Collector: the host's series, with the
+// Collect reports the host's series, with the
 // current values of our queues combined into those of the same labels, and
 // our series the host does not have yet (which it is then told to keep).
 func (m *mergedGauge) Collect(ch chan<- prometheus.Metric) {

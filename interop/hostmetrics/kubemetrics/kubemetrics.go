@@ -142,6 +142,7 @@ func setup() (*hostmetrics.Provider, error) {
 		Depth:        hostmetrics.GaugeFamily{Collector: depth, Touch: touch(depth)},
 		Unfinished:   hostmetrics.GaugeFamily{Collector: unfinished, Touch: touch(unfinished)},
 		Longest:      hostmetrics.GaugeFamily{Collector: longest, Touch: touch(longest)},
+		Events:       []prometheus.Collector{adds, retries, latency, work},
 	})
 }
 
