@@ -43,7 +43,8 @@
 //
 // One scrape is one cut through the queues' history, as far as a reader can
 // tell: the host's counters and histograms (Host.Events) are taken off the
-// registry too and collected by the same collector, before the gauges. A
+// registry too and collected by the same collector, their values written,
+// before the gauges read the queues. A
 // registry collects its collectors concurrently, so with the families
 // apart a scrape could read the age gauges before a worker's Done and
 // workqueue_work_duration_seconds after it, and show every run counted with
@@ -113,9 +114,9 @@ type Host struct {
 	Depth, Unfinished, Longest GaugeFamily
 	// Events are the host's counter and histogram collectors (adds,
 	// retries, queue and work durations), as registered on Registerer.
-	// New takes them off it with the gauges and collects them, unchanged,
-	// before the gauges, so that a scrape is one cut (see the package
-	// doc). Optional: those left out are collected by the registry as
+	// New takes them off it with the gauges and collects them (the same
+	// series, their values written at once) before the gauges, so that a
+	// scrape is one cut (see the package doc). Optional: those left out are collected by the registry as
 	// before, apart from the gauges.
 	Events []prometheus.Collector
 }
