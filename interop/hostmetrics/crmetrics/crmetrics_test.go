@@ -159,19 +159,21 @@ func run(t *testing.T, name string, nq newQueue, usePQ bool, items []item) (mid,
 		t.Fatalf("controller %s did not settle", name)
 	}
 	// settled is closed inside the last Reconcile, before the controller
-	// calls Done. Wait until every run is counted in work_duration: a
-	// queue reports a run there once its Done has returned.
+	// calls Done. Wait until every run is counted in work_duration (a queue
+	// reports a run there once its Done has returned), and take the scrape
+	// that shows it as the final one: one scrape is one cut (package
+	// hostmetrics), so its gauges have every run ended. (A reader that
+	// does this is how a longest running processor of a few ms showed
+	// "after all work is done" while the host's histograms and our gauges
+	// were collected apart.)
 	require.Eventually(t, func() bool {
 		s, err := scrape.Of(metrics.Registry, name)
-		return err == nil && s[`workqueue_work_duration_seconds{controller=Q,name=Q}`].Value == float64(len(items)+2)
+		if err != nil || s[`workqueue_work_duration_seconds{controller=Q,name=Q}`].Value != float64(len(items)+2) {
+			return false
+		}
+		end = s
+		return true
 	}, 30*time.Second, time.Millisecond, "every run of %s must be counted", name)
-	// Then scrape again for the final values. The scrape that saw the last
-	// run counted is not one moment: the registry collects its families
-	// concurrently, so it may have read the age gauges before that Done
-	// (a longest running processor of a few ms) and the histogram after.
-	// Everything this scrape reads comes after the last Done.
-	end, err = scrape.Of(metrics.Registry, name)
-	require.NoError(t, err, "a scrape of metrics.Registry must not fail")
 	return mid, end
 }
 
