@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/go-coalesce/workqueue/interop/crsharding"
-	"github.com/go-coalesce/workqueue/interop/examples/sharded/configmaps"
+	"github.com/go-coalesce/workqueue/interop/crsharding/examples/sharded/configmaps"
 	"github.com/go-coalesce/workqueue/sharding"
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -413,4 +414,193 @@ func retryOnConflict(f func() error) error {
 			return err
 		}
 	}
+}
+
+// TestControllerRuntimeShardingGracefulStop stops a manager of
+// examples/sharded's controller while its reconciles are in flight, each
+// working 500 ms, and checks the order crsharding's package doc promises
+// (Shutdown): the Sharding stops first and drains while the controller
+// still runs, so every run in flight finishes with its context not
+// cancelled, and the manager's shard Leases are released only after the
+// runs have returned. Each run reads the ring's shard Leases from the API
+// server as it ends: every one must still be held by the manager then.
+// After the stop, every shard Lease must be released.
+//
+// Mutant: ControllerOptions setting the controller's NeedLeaderElection
+// to false (as it did): the controller is cancelled with the Sharding, and
+// the runs in flight end at once with "context canceled".
+func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
+	const (
+		objects = 8
+		work    = 500 * time.Millisecond
+		ring    = "crsharding-stop"
+		id      = "m0"
+	)
+	ctrl.SetLogger(logr.Discard())
+	admin, err := kubernetes.NewForConfig(server.restConfig())
+	require.NoError(t, err)
+	ns := createNamespace(t, admin, "crsharding-stop")
+	for i := range objects {
+		cm := configMap(ns, fmt.Sprintf("obj-%d", i), "v0")
+		cm.Labels = map[string]string{configmaps.LabelWatch: "true"}
+		_, err := admin.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+
+	// heldByUs reports, from the API server, whether every shard Lease of
+	// the ring is held by the manager ("" if so, else which is not).
+	leases := admin.CoordinationV1().Leases(ns)
+	heldByUs := func(want string) string {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
+		defer cancel()
+		l, err := leases.List(ctx, metav1.ListOptions{LabelSelector: sharding.LabelRing + "=" + ring})
+		if err != nil {
+			return err.Error()
+		}
+		n := 0
+		for _, lease := range l.Items {
+			if _, shard := lease.Annotations[sharding.AnnotationShards]; !shard {
+				continue // the membership Lease
+			}
+			n++
+			if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != want {
+				return fmt.Sprintf("%s held by %q, want %q", lease.Name, h, want)
+			}
+		}
+		if n != crShards {
+			return fmt.Sprintf("%d shard Leases, want %d", n, crShards)
+		}
+		return ""
+	}
+
+	type run struct {
+		key    string
+		ctxErr error  // the run's ctx.Err() as it ended
+		leases string // heldByUs(id) as it ended
+	}
+	var (
+		mu       sync.Mutex
+		armed    bool // runs work and are recorded
+		inflight int
+		ended    []run
+	)
+	mgr, _, err := configmaps.New(server.restConfig(), configmaps.Options{
+		Namespace: ns,
+		Identity:  id,
+		Workers:   objects,
+		Ring: sharding.Config{
+			Name:          ring,
+			Shards:        crShards,
+			LeaseDuration: ringLeaseDuration,
+			RenewDeadline: ringRenewDeadline,
+			RetryPeriod:   ringRetryPeriod,
+			// Far above a run's 500 ms, on a loaded machine too: a run
+			// that ends cancelled was cancelled by the stop, not by the
+			// end of its grace.
+			GracePeriod: 10 * time.Second,
+		},
+		Manager: ctrl.Options{
+			Metrics:                 metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress:  "0",
+			Controller:              config.Controller{SkipNameValidation: new(true)},
+			GracefulShutdownTimeout: new(time.Minute),
+		},
+		Wrap: func(inner reconcile.Reconciler) reconcile.Reconciler {
+			return reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+				res, err := inner.Reconcile(ctx, req)
+				mu.Lock()
+				if !armed {
+					mu.Unlock()
+					return res, err
+				}
+				inflight++
+				mu.Unlock()
+				select {
+				case <-time.After(work):
+				case <-ctx.Done():
+				}
+				r := run{key: crsharding.Key(req), ctxErr: ctx.Err(), leases: heldByUs(id)}
+				mu.Lock()
+				inflight--
+				ended = append(ended, r)
+				mu.Unlock()
+				return res, err
+			})
+		},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+
+	// Once the manager holds every shard and has stamped every ConfigMap,
+	// arm the runs and change every ConfigMap: the stop comes as soon as
+	// runs are in flight.
+	cms := admin.CoreV1().ConfigMaps(ns)
+	wait := func(what string, cond func() string) {
+		t.Helper()
+		deadline := time.Now().Add(settleTimeout)
+		for last := cond(); last != ""; last = cond() {
+			if time.Now().After(deadline) {
+				cancel()
+				<-done
+				t.Fatalf("not %s in %v: %s", what, settleTimeout, last)
+			}
+			select {
+			case <-t.Context().Done():
+				t.Fatalf("test ended before %s: %s", what, last)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	wait("every shard held", func() string { return heldByUs(id) })
+	wait("every ConfigMap stamped", func() string {
+		l, err := cms.List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		for _, cm := range l.Items {
+			if cm.Annotations[configmaps.AnnotationBy] != id {
+				return cm.Name + " not stamped"
+			}
+		}
+		return ""
+	})
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	for i := range objects {
+		require.NoError(t, retryOnConflict(func() error {
+			cm, err := cms.Get(t.Context(), fmt.Sprintf("obj-%d", i), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cm.Data["value"] = "v1"
+			_, err = cms.Update(t.Context(), cm, metav1.UpdateOptions{})
+			return err
+		}))
+	}
+	var atStop int
+	wait("a run in flight", func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if atStop = inflight; atStop == 0 {
+			return "none yet"
+		}
+		return ""
+	})
+	stopped := time.Now()
+	cancel()
+	require.NoError(t, <-done)
+	t.Logf("FIGURES: %d runs in flight at the stop; the manager stopped in %v", atStop, time.Since(stopped).Round(time.Millisecond))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, ended, "no run ended")
+	for _, r := range ended {
+		require.NoError(t, r.ctxErr, "run of %s: its context was cancelled before it ended", r.key)
+		require.Empty(t, r.leases, "run of %s: a shard Lease was released before it ended", r.key)
+	}
+	require.Empty(t, heldByUs(""), "after the stop, every shard Lease released")
 }

@@ -9,7 +9,7 @@ go 1.26.0
 
 require (
 	github.com/go-coalesce/workqueue v0.1.0
-	github.com/go-coalesce/workqueue/interop v0.0.0
+	github.com/go-coalesce/workqueue/interop/crsharding v0.1.0
 	github.com/go-coalesce/workqueue/sharding v0.1.0
 	github.com/go-logr/logr v1.4.3
 	github.com/stretchr/testify v1.12.1
@@ -23,6 +23,8 @@ require (
 	k8s.io/kubernetes v1.37.2
 	sigs.k8s.io/controller-runtime v0.25.2
 )
+
+require github.com/go-coalesce/workqueue/interop v0.1.0 // indirect
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -171,6 +173,7 @@ require (
 replace (
 	github.com/go-coalesce/workqueue => ../
 	github.com/go-coalesce/workqueue/interop => ../interop
+	github.com/go-coalesce/workqueue/interop/crsharding => ../interop/crsharding
 	github.com/go-coalesce/workqueue/sharding => ../sharding
 )
 

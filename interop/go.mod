@@ -4,8 +4,6 @@ go 1.26.0
 
 require (
 	github.com/go-coalesce/workqueue v0.1.0
-	github.com/go-coalesce/workqueue/prometheus v0.1.0
-	github.com/go-coalesce/workqueue/sharding v0.1.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0
 	github.com/google/gofuzz v1.2.0
@@ -36,7 +34,6 @@ require (
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
-	github.com/go-logr/zapr v1.3.0 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
 	github.com/go-openapi/swag v0.27.1 // indirect
@@ -66,8 +63,6 @@ require (
 	github.com/x448/float16 v0.8.4 // indirect
 	go.opentelemetry.io/otel v1.44.0 // indirect
 	go.opentelemetry.io/otel/trace v1.44.0 // indirect
-	go.uber.org/multierr v1.11.0 // indirect
-	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/mod v0.37.0 // indirect
@@ -90,7 +85,3 @@ require (
 )
 
 replace github.com/go-coalesce/workqueue => ../
-
-replace github.com/go-coalesce/workqueue/sharding => ../sharding
-
-replace github.com/go-coalesce/workqueue/prometheus => ../prometheus

@@ -9,11 +9,12 @@
 //	}})
 //	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 //		Cache: sh.CacheOptions(cache.Options{}),        // the sharded cache
+//		// LeaderElection stays false: every replica runs the controller
 //	})
 //	err = mgr.Add(sh)                                  // the ring, on every replica
 //	err = ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).
 //		WithOptions(sh.ControllerOptions(controller.Options{})). // only owned keys
-//		Complete(sh.Reconciler(reconciler))                 // drained before a shard moves
+//		Complete(sh.Reconciler(reconciler))                 // held shards only; drained before one moves
 //
 // Three hooks of controller-runtime carry it, and nothing else is changed:
 //
@@ -24,17 +25,55 @@
 //     informers, or sharded ones for the types of Config.Ring.ShardedWith.
 //   - controller.Options.NewQueue: the controller's queue admits a request
 //     only while the replica owns its key (held and synced in every sharded
-//     informer), so the reconciler never gets a key whose shard is missing
-//     from the cache.
-//   - manager.Runnable: the replica's loop runs on every replica
-//     (NeedLeaderElection is false) and the manager stops it first on
-//     shutdown, so it drains and releases its shards while the controller's
-//     workers still run.
+//     informer), so that a foreign key does not take a worker and a place
+//     in the queue. It is a filter, not the guarantee: a request admitted
+//     just before its shard is given up can still be handed out.
+//   - manager.Runnable and manager.LeaderElectionRunnable: the ring's
+//     runnable (the Sharding) and the controller land in different groups
+//     of the manager, which stops the first before the second (below).
 //
-// Reconciler wraps the reconciler so that the replica counts its runs: a
-// shard is released only once its runs have returned (or, after
-// GracePeriod, been cancelled), which is what keeps two replicas from
-// reconciling one key at once.
+// Reconciler wraps the reconciler in the replica's Handler
+// (sharding.Replica.Handler), and that is what guarantees that the
+// reconciler never gets a key whose shard is missing from the cache: it
+// runs the reconciler only for a key of a shard the replica holds and has
+// synced in every sharded informer, at the moment the run starts, and
+// counts the run; a shard is released only once its runs have returned
+// (or, after GracePeriod, been cancelled), which is what keeps two replicas
+// from reconciling one key at once.
+//
+// # Shutdown
+//
+// controller-runtime's manager (v0.25) stops its runnables by group, one
+// group after the other: first the runnables whose NeedLeaderElection is
+// false (the Sharding), then those whose NeedLeaderElection is true
+// (ControllerOptions sets the controller's), then the caches. Runnables of
+// one group are cancelled together. So on a graceful stop the Sharding's
+// context ends first, while the controller still runs: the replica stops
+// admitting keys, lets the runs in flight finish within GracePeriod (their
+// contexts are the controller's, not cancelled yet; past GracePeriod the
+// replica cancels them with sharding.ErrGraceOver), releases its shards
+// and deletes its membership Lease; then the manager stops the controller,
+// whose workers were idle, then the cache. Had the controller
+// NeedLeaderElection false too, it would be cancelled with the Sharding,
+// and every run in flight would end at once with "context canceled"
+// instead of finishing.
+//
+// The manager must not use leader election (manager.Options.LeaderElection
+// false, its default): without it, controller-runtime starts the
+// leader-election runnables on every replica at once, as if each were
+// elected, which is what a sharded controller needs. With it, only the
+// elected replica would start the controller. controller-runtime has no
+// group that runs on every replica and stops after the non-leader-election
+// runnables, so for a manager that needs leader election for other
+// controllers there is no ordering to build on: set the sharded
+// controller's NeedLeaderElection to false after ControllerOptions, and a
+// graceful stop then cancels its runs at once (the shards are released
+// after they return, as always). Start waits for the controller to make its
+// queue before the replica joins the ring, so a replica whose controller
+// does not run (not elected) holds no shard instead of holding shards that
+// nothing reconciles. The manager's GracefulShutdownTimeout (30 s by
+// default) bounds the whole stop: keep it above GracePeriod plus
+// RenewDeadline.
 package crsharding
 
 import (
@@ -79,6 +118,7 @@ type Config struct {
 type Sharding struct {
 	replica *sharding.Replica
 	qcfg    workqueue.Config[reconcile.Request]
+	queued  chan struct{} // closed by NewQueue: the controller has started
 
 	mu    sync.Mutex // protects queue
 	queue *Queue     // made by NewQueue; nil before
@@ -95,7 +135,7 @@ func New(cfg Config) (*Sharding, error) {
 	if cfg.Ring.Queue != nil {
 		return nil, errors.New("crsharding: Config.Ring.Queue must be nil: the controller's queue comes from NewQueue")
 	}
-	s := &Sharding{qcfg: cfg.Queue}
+	s := &Sharding{qcfg: cfg.Queue, queued: make(chan struct{})}
 	cfg.Ring.Queue = keyQueue{s}
 	// The controller's own source enqueues the events, through its
 	// predicates; the replica adds only a gained shard's keys.
@@ -111,15 +151,29 @@ func New(cfg Config) (*Sharding, error) {
 // Replica returns the replica: its Shards, Filtering, Informer and Owns.
 func (s *Sharding) Replica() *sharding.Replica { return s.replica }
 
-// Start runs the replica's loop (sharding.Replica.Run) until ctx ends, then
-// leaves the ring gracefully (unless Config.Ring.SkipRelease). The manager
-// calls it on every replica, leader or not.
-func (s *Sharding) Start(ctx context.Context) error { return s.replica.Run(ctx) }
+// Start waits until the controller has made its queue (NewQueue: the
+// controller has started), then runs the replica's loop
+// (sharding.Replica.Run) until ctx ends, and leaves the ring gracefully
+// (unless Config.Ring.SkipRelease): the runs in flight finish (within
+// GracePeriod) before the shards are released. The manager calls it on
+// every replica, leader or not. Waiting for the controller keeps a replica
+// whose controller never starts (a manager with leader election, not
+// elected) out of the ring: the shards it would hold would not be
+// reconciled. If ctx ends first, Start returns nil having held nothing.
+func (s *Sharding) Start(ctx context.Context) error {
+	select {
+	case <-s.queued:
+	case <-ctx.Done():
+		return nil
+	}
+	return s.replica.Run(ctx)
+}
 
-// NeedLeaderElection is false: every replica of the manager holds shards.
-// (The manager stops runnables that do not need leader election before the
-// controllers, so the replica leaves while the workers can still finish
-// the runs it drains.)
+// NeedLeaderElection is false: every replica of the manager holds shards,
+// and the manager stops the runnables that do not need leader election
+// before those that do (the controller, see ControllerOptions), so the
+// replica drains and leaves while the controller can still finish the runs
+// in flight. See the package doc, Shutdown.
 func (s *Sharding) NeedLeaderElection() bool { return false }
 
 // NewInformer is the replica's NewInformer, with the signature of
@@ -152,15 +206,23 @@ func (s *Sharding) NewQueue(name string, rl clientworkqueue.TypedRateLimiter[rec
 		panic("crsharding: NewQueue called twice: one Sharding serves one controller")
 	}
 	s.queue = q
+	close(s.queued)
 	return q
 }
 
-// ControllerOptions returns o with NewQueue set to s.NewQueue and
-// NeedLeaderElection false (the controller runs on every replica; each
-// reconciles the keys of its shards).
+// ControllerOptions returns o with NewQueue set to s.NewQueue,
+// NeedLeaderElection true and EnableWarmup false. NeedLeaderElection true
+// puts the controller in the manager's group of leader-election runnables,
+// which the manager stops after the Sharding (whose NeedLeaderElection is
+// false), so a graceful stop lets the runs in flight finish before the
+// shards are released; with the manager's leader election off (required,
+// see the package doc) that group starts on every replica. Warmup is off
+// because it would make the queue (and so start the Sharding, see Start)
+// on a replica whose workers may never run.
 func (s *Sharding) ControllerOptions(o controller.Options) controller.Options {
 	o.NewQueue = s.NewQueue
-	o.NeedLeaderElection = ptr.To(false)
+	o.NeedLeaderElection = ptr.To(true)
+	o.EnableWarmup = ptr.To(false)
 	return o
 }
 

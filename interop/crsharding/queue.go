@@ -18,9 +18,13 @@ import (
 // handlers and its requeues use). A request that is refused is dropped, not
 // delayed: the replica that owns the key enqueues it itself, and when a
 // shard is gained its objects are all enqueued once the sharded cache holds
-// them. So a worker is never handed a request whose shard this replica does
-// not hold and has not synced, and a Get from the sharded cache never
-// misses an object because its shard is not there.
+// them. The check is made when a request is added: a request admitted
+// before its shard is given up (and not removed from the queue in time, or
+// taken by a worker in between) can still be handed out. The guarantee
+// that the reconciler never gets a key whose shard is missing from the
+// cache is sharding.Replica.Handler's, inside Sharding.Reconciler, which
+// checks again as the run starts; the queue only keeps foreign keys from
+// taking workers.
 //
 // Get, Done, Forget, NumRequeues, Len and the shutdowns are crpriority's.
 // Create it through Sharding.NewQueue (controller.Options.NewQueue). It is

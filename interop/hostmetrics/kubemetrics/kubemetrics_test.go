@@ -11,8 +11,6 @@ import (
 	"github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/interop/hostmetrics/internal/scrape"
 	"github.com/go-coalesce/workqueue/interop/hostmetrics/kubemetrics"
-	wqprom "github.com/go-coalesce/workqueue/prometheus"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	clientworkqueue "k8s.io/client-go/util/workqueue"
@@ -202,50 +200,29 @@ func TestNameAloneReportsNothingWithoutRegister(t *testing.T) {
 
 // TestSeriesAtIdleAfterWorkAndAfterShutDown puts side by side a client-go
 // queue reporting through component-base's provider (in the legacy
-// registry), ours through kubemetrics (the same registry), and ours through
-// the Prometheus adapter (github.com/go-coalesce/workqueue/prometheus, on a
-// fresh registry), each under its own name, and compares their series for
-// series at idle, once all work is done, and after ShutDown, with time on
-// synctest's clock so that client-go's age gauges, refreshed every 500 ms,
-// are current. kubemetrics must show client-go's series exactly (help
-// included); the adapter the same names, types, labels, buckets and
-// values, and its workqueue_delayed_items besides. Every gauge reads 0 in
-// all three at idle, after the work and after ShutDown, and no series goes
-// away: component-base never deletes one, and neither do we.
+// registry) and ours through kubemetrics (the same registry), each under its
+// own name, and compares their series for series at idle, once all work is
+// done, and after ShutDown, with time on synctest's clock so that
+// client-go's age gauges, refreshed every 500 ms, are current. kubemetrics
+// must show client-go's series exactly (help included). Every gauge reads 0
+// at idle, after the work and after ShutDown, and no series goes away:
+// component-base never deletes one, and neither do we. (The Prometheus
+// adapter's side of the same comparison is in integration/, the test-only
+// module, so that interop/go.mod need not require the adapter's module.)
 func TestSeriesAtIdleAfterWorkAndAfterShutDown(t *testing.T) {
 	kubemetrics.Provider() // outside the bubble: its first call makes a client-go queue
 	synctest.Test(t, func(t *testing.T) {
-		th, o, a := unique("idle-theirs"), unique("idle-ours"), unique("idle-adapter")
-		adapterReg := prometheus.NewRegistry()
-		adapter := wqprom.NewProvider(adapterReg)
-		queues := []rlQueue{theirs(th), ours(o),
-			workqueue.NewRateLimitingQueueWithConfig(limiter(), workqueue.Config[string]{Name: a, Metrics: adapter})}
+		th, o := unique("idle-theirs"), unique("idle-ours")
+		queues := []rlQueue{theirs(th), ours(o)}
 
-		// withoutHelp drops what only differs by registry: component-base
-		// writes the stability level into the help.
-		withoutHelp := func(ss map[string]scrape.Series) map[string]scrape.Series {
-			out := map[string]scrape.Series{}
-			for k, s := range ss {
-				s.Help = ""
-				out[k] = s
-			}
-			return out
-		}
 		check := func(phase string) {
 			theirsS, err := scrape.Of(legacyregistry.DefaultGatherer, th)
 			require.NoError(t, err)
 			oursS, err := scrape.Of(legacyregistry.DefaultGatherer, o)
 			require.NoError(t, err)
-			adapterS, err := scrape.Of(adapterReg, a)
-			require.NoError(t, err)
 
 			require.Len(t, theirsS, 7, "%s: client-go's seven series", phase)
 			require.Equal(t, theirsS, oursS, "%s: kubemetrics' series and values must be client-go's", phase)
-			delayed, ok := adapterS[`workqueue_delayed_items{name=Q}`]
-			require.True(t, ok, "%s: the adapter's delayed items", phase)
-			require.Zero(t, delayed.Value, "%s: delayed items", phase)
-			delete(adapterS, delayed.Key())
-			require.Equal(t, withoutHelp(theirsS), withoutHelp(adapterS), "%s: the adapter's series and values must be client-go's", phase)
 			for _, s := range theirsS {
 				if s.Type == "GAUGE" {
 					require.Zero(t, s.Value, "%s: %s", phase, s.Key())

@@ -1,4 +1,4 @@
-// Package configmaps is the controller of examples/sharded: a
+// Package configmaps is the controller of crsharding's examples/sharded: a
 // controller-runtime ConfigMap controller sharded with crsharding. Its setup
 // is here, apart from the command, so that integration/ runs the same code
 // against a real API server with several managers in one process.
@@ -90,6 +90,9 @@ func New(cfg *rest.Config, o Options) (manager.Manager, *crsharding.Sharding, er
 	}
 
 	mo := o.Manager
+	// Every replica runs the controller: the manager's leader election
+	// would start it on one only (see crsharding's package doc, Shutdown).
+	mo.LeaderElection = false
 	mo.Cache = sh.CacheOptions(mo.Cache) // ConfigMaps: only the held shards
 	mo.Cache.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
 	mo.Cache.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{LabelWatch: "true"})
@@ -125,9 +128,10 @@ type reconciler struct {
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var cm corev1.ConfigMap
 	if err := r.client.Get(ctx, req.NamespacedName, &cm); err != nil {
-		// Deleted: nothing to clean up. (The sharded queue never hands
-		// out a key whose shard is missing from the cache, so NotFound
-		// means the object is gone, not that it is cached elsewhere.)
+		// Deleted: nothing to clean up. (Sharding.Reconciler runs this
+		// only for a key whose shard the replica holds and has synced,
+		// so NotFound means the object is gone, not that it is cached
+		// elsewhere.)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	digest := Digest(cm.Data)

@@ -28,7 +28,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/go-coalesce/workqueue/interop/examples/sharded/configmaps"
+	"github.com/go-coalesce/workqueue/interop/crsharding/examples/sharded/configmaps"
 	"github.com/go-coalesce/workqueue/sharding"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
