@@ -3,17 +3,27 @@
 // manager holds some of the ring's shards, caches only their objects and
 // reconciles only their keys.
 //
+//	import "sigs.k8s.io/controller-runtime/pkg/cache"
+//
 //	sh, err := crsharding.New(crsharding.Config{Ring: sharding.Config{
-//		Client: clientset, Namespace: "kube-system", Name: "configmaps",
+//		Client: client, Namespace: "kube-system", Name: "configmaps",
 //		Identity: podName, Object: &corev1.ConfigMap{},
 //	}})
+//	if err != nil {
+//		return err
+//	}
 //	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-//		Cache: sh.CacheOptions(cache.Options{}),        // the sharded cache
+//		Cache: sh.CacheOptions(cache.Options{}), // the sharded cache
 //	})
-//	err = mgr.Add(sh)                                  // the ring, on every replica
-//	err = ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).
+//	if err != nil {
+//		return err
+//	}
+//	if err := mgr.Add(sh); err != nil { // the ring, on every replica
+//		return err
+//	}
+//	return ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).
 //		WithOptions(sh.ControllerOptions(controller.Options{})). // only owned keys
-//		Complete(sh.Reconciler(reconciler))                 // drained before a shard moves
+//		Complete(sh.Reconciler(reconciler))                     // drained before a shard moves
 //
 // Three hooks of controller-runtime carry it, and nothing else is changed:
 //
