@@ -412,14 +412,18 @@ func isShell(code string) bool {
 	return n > 0
 }
 
-var columnGap = regexp.MustCompile(`\S\s{2,}\S`)
+// generatedRE matches the generated file of a block in the go command's
+// messages, as it names it: relative to the temporary module.
+var generatedRE = regexp.MustCompile(`^(?:\(generated\) )?(s\d{3})/snippet\.go`)
+
+var columnGap = regexp.MustCompile(`\s{2,}`)
 
 // isTable reports whether a block is a table: two or more lines, each of
 // three or more columns apart by two spaces or more.
 func isTable(code string) bool {
 	n := 0
 	for _, l := range strings.Split(strings.TrimSpace(code), "\n") {
-		if len(regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(l), -1)) < 3 {
+		if len(columnGap.Split(strings.TrimSpace(l), -1)) < 3 {
 			return false
 		}
 		n++
@@ -440,16 +444,12 @@ type importSpec struct {
 }
 
 // effectiveName is the name an import binds: its explicit name, or the
-// last element of its path (right for every path of importNames but the
-// versioned API groups, which importNames names explicitly).
+// last element of its path (the package's name for every path a snippet
+// imports without a name; "k8s.io/api/core/v1" binds v1, which
+// checkImports refuses for want of corev1).
 func (i importSpec) effectiveName() string {
 	if i.name != "" {
 		return i.name
-	}
-	for p, n := range importNames {
-		if n == i.path {
-			return p
-		}
 	}
 	return path.Base(i.path)
 }
@@ -512,8 +512,7 @@ func newUnit(s snippet) (*unit, error) {
 	}
 	u.body = lines
 	rest := strings.Join(lines, "\n")
-	if f, err := parser.ParseFile(token.NewFileSet(), "", "package p\n"+rest, parser.SkipObjectResolution); err == nil {
-		_ = f
+	if _, err := parser.ParseFile(token.NewFileSet(), "", "package p\n"+rest, parser.SkipObjectResolution); err == nil {
 		u.file = true
 		return u, nil
 	}
@@ -855,10 +854,20 @@ func build(t *testing.T, root string, mods []string, snippets []snippet) []strin
 			continue
 		}
 		l = strings.ReplaceAll(l, root+string(filepath.Separator), "")
+		if rel, err := filepath.Rel(dir, root); err == nil {
+			l = strings.ReplaceAll(l, rel+string(filepath.Separator), "") // the go command's short form
+		}
 		l = strings.ReplaceAll(l, dir+string(filepath.Separator), "(generated) ")
 		if _, ok := pkgs[curPkg]; ok {
 			byPkg[curPkg] = append(byPkg[curPkg], "\t"+l)
 		} else {
+			// Outside a package's messages (such as an import no module
+			// provides), a generated file is named by its block.
+			if m := generatedRE.FindStringSubmatch(l); m != nil {
+				if s, ok := pkgs[module+"/"+m[1]]; ok {
+					l = fmt.Sprintf("%s (the block at %s): %s", m[0], s, strings.TrimPrefix(l, m[0]))
+				}
+			}
 			other = append(other, "\t"+l)
 		}
 	}
@@ -872,7 +881,7 @@ func build(t *testing.T, root string, mods []string, snippets []snippet) []strin
 			s, strings.Join(byPkg[p], "\n"), indent(s.code)))
 	}
 	if len(other) > 0 || len(order) == 0 {
-		failures = append(failures, "go build/vet of the snippets failed:\n"+strings.Join(other, "\n")+"\n"+out)
+		failures = append(failures, "go build/vet of the snippets failed:\n"+strings.Join(other, "\n"))
 	}
 	return failures
 }
@@ -883,4 +892,66 @@ func indent(code string) string {
 		b.WriteString("\t| " + l + "\n")
 	}
 	return b.String()
+}
+
+// TestSnippetsCatchBrokenBlock runs the extraction and the build on a
+// small repository of its own: a broken block in Markdown and in a package
+// doc must each fail, named by its file:line; a good block, a fragment, a
+// shell line and a table in a doc comment must not.
+func TestSnippetsCatchBrokenBlock(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"go.mod": "module example.test\n\ngo 1.26.0\n",
+		"README.md": "# x\n\n```go\nfmt.Println(time.Second)\n```\n\n" + // good: line 4
+			"<!-- fragment: shows a shape, not code -->\n```go\nthis is not Go\n```\n\n" + // fragment: line 9
+			"```sh\ngo test ./...\n```\n\n" + // not Go
+			"```go\nx := 1\nreturn x\n```\n\n" + // broken: line 17
+			"```go\nimport wq \"github.com/go-coalesce/workqueue\"\n```\n", // against the naming convention: line 22
+		"p/doc.go": "// Package p is a test.\n//\n//\tgo run ./cmd\n//\n" + // shell: line 3
+			"// The metrics:\n//\n//\tname_one    gauge    what it is\n//\tname_two    counter  what it counts\n//\n" + // table: line 7
+			"// Use:\n//\n//\tfmt.Println(nosuch)\npackage p\n", // broken: line 12
+	}
+	for name, text := range files {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snippets := collect(t, root)
+	var got []string
+	var compiled []snippet
+	for _, s := range snippets {
+		got = append(got, fmt.Sprintf("%s fragment=%q", s, s.fragment))
+		if s.fragment == "" {
+			compiled = append(compiled, s)
+		}
+	}
+	want := []string{
+		`README.md:4 fragment=""`,
+		`README.md:9 fragment="shows a shape, not code"`,
+		`README.md:17 fragment=""`,
+		`README.md:22 fragment=""`,
+		`p/doc.go:12 fragment=""`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("collect found\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	failures := build(t, root, nil, compiled)
+	wantFailures := [][2]string{ // the block's file:line, and what is said of it
+		{"README.md:17: ", "README.md:18: cannot use x"},
+		{"README.md:22: ", `imports "github.com/go-coalesce/workqueue" as wq; the snippets name it workqueue`},
+		{"p/doc.go:12: ", "p/doc.go:12: undefined: nosuch"},
+	}
+	ok := len(failures) == len(wantFailures)
+	for _, w := range wantFailures {
+		ok = ok && slices.ContainsFunc(failures, func(f string) bool {
+			return strings.HasPrefix(f, w[0]) && strings.Contains(f, w[1])
+		})
+	}
+	if !ok {
+		t.Fatalf("want the three broken blocks to fail, named by file:line; got %d failures:\n%s", len(failures), strings.Join(failures, "\n\n"))
+	}
 }
