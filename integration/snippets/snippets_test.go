@@ -829,6 +829,10 @@ func build(t *testing.T, root string, mods []string, snippets []snippet) []strin
 		}
 		return string(out), err == nil
 	}
+	// -race, as .ci/test builds every module's tests: the dependencies
+	// (client-go, controller-runtime, ...) are then in the build cache
+	// already, where a plain build would compile them all once more.
+	// Packages, not binaries: nothing is linked.
 	out, ok := run("build", "-race", "./...")
 	if ok {
 		out, ok = run("vet", "-race", "./...")
