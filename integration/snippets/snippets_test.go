@@ -62,6 +62,7 @@ package snippets_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"go/ast"
 	"go/doc/comment"
@@ -78,6 +79,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -816,12 +818,27 @@ func build(t *testing.T, root string, mods []string, snippets []snippet) []strin
 	}
 	write("go.work", work+")\n")
 
+	// The go commands stop before the test's deadline, so that a timeout
+	// (a cold build cache: the dependencies compile first) fails with a
+	// message here and leaves no go command running.
+	ctx := context.Background()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-time.Until(d)/20))
+		defer cancel()
+	}
 	run := func(args ...string) (string, bool) {
-		cmd := exec.Command("go", args...)
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.WaitDelay = 10 * time.Second
 		cmd.Dir = dir
 		// GOFLAGS is cleared: a -mod flag there is refused in workspace mode.
 		cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(dir, "go.work"), "GOFLAGS=")
+		start := time.Now()
 		out, err := cmd.CombinedOutput()
+		t.Logf("go %s: %v", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond))
+		if ctx.Err() != nil {
+			t.Fatalf("snippets: go %s did not finish before the test's deadline (rerun with a longer -timeout, as .ci/test does): %v\n%s", strings.Join(args, " "), ctx.Err(), out)
+		}
 		if err != nil {
 			if _, ok := err.(*exec.ExitError); !ok {
 				t.Fatalf("snippets: go %s: %v", strings.Join(args, " "), err)
