@@ -11,15 +11,23 @@
 // one full watch filtered on the client), and admits a shard's keys only
 // once that cache has synced the shard.
 //
+//	import (
+//		appslisters "k8s.io/client-go/listers/apps/v1"
+//		"k8s.io/client-go/tools/cache"
+//	)
+//
 //	r, err := sharding.New(sharding.Config{
 //		Client: client, Namespace: "kube-system", Name: "my-controller",
 //		Identity: podName, Queue: q,
 //		Object:        &appsv1.Deployment{},
 //		ListerWatcher: cache.NewListWatchFromClient(client.AppsV1().RESTClient(), "deployments", "", fields.Everything()),
 //	})
-//	lister := appslisters.NewDeploymentLister(r.Informer().GetIndexer())
-//	go r.Run(ctx)                                      // holds shards, fills the cache, feeds q
-//	workqueue.Run(ctx, q, 4, r.Handler(reconcile))     // runs only owned keys
+//	if err != nil {
+//		return err
+//	}
+//	lister := appslisters.NewDeploymentLister(r.Informer().GetIndexer()) // only the held shards' objects
+//	go r.Run(ctx)                                                         // holds shards, fills the cache, feeds q
+//	return workqueue.Run(ctx, q, 4, r.Handler(syncDeployment))           // runs only owned keys
 //
 // The README gives the contract, the timing assumption and a scaling sheet.
 package sharding

@@ -3,16 +3,26 @@
 // manager holds some of the ring's shards, caches only their objects and
 // reconciles only their keys.
 //
+//	import "sigs.k8s.io/controller-runtime/pkg/cache"
+//
 //	sh, err := crsharding.New(crsharding.Config{Ring: sharding.Config{
-//		Client: clientset, Namespace: "kube-system", Name: "configmaps",
+//		Client: client, Namespace: "kube-system", Name: "configmaps",
 //		Identity: podName, Object: &corev1.ConfigMap{},
 //	}})
+//	if err != nil {
+//		return err
+//	}
 //	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-//		Cache: sh.CacheOptions(cache.Options{}),        // the sharded cache
+//		Cache: sh.CacheOptions(cache.Options{}), // the sharded cache
 //		// LeaderElection stays false: every replica runs the controller
 //	})
-//	err = mgr.Add(sh)                                  // the ring, on every replica
-//	err = ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).
+//	if err != nil {
+//		return err
+//	}
+//	if err := mgr.Add(sh); err != nil { // the ring, on every replica
+//		return err
+//	}
+//	return ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).
 //		WithOptions(sh.ControllerOptions(controller.Options{})). // only owned keys
 //		Complete(sh.Reconciler(reconciler))                 // held shards only; drained before one moves
 //

@@ -3,12 +3,16 @@
 // metrics.Registry (served by the manager's /metrics), so a controller that
 // returns our queue from its NewQueue option keeps its series:
 //
-//	NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-//		return wq.NewRateLimitingQueueWithConfig(rl, wq.Config[reconcile.Request]{Name: name, Metrics: crmetrics.Provider()})
-//	},
+//	controller.Options{
+//		NewQueue: func(name string, rl clientworkqueue.TypedRateLimiter[reconcile.Request]) clientworkqueue.TypedRateLimitingInterface[reconcile.Request] {
+//			return workqueue.NewRateLimitingQueueWithConfig(rl, workqueue.Config[reconcile.Request]{Name: name, Metrics: crmetrics.Provider()})
+//		},
+//	}
 //
-// or, to keep the priorities controller-runtime's handlers assign,
-// crpriority.New(rl, wq.Config[reconcile.Request]{Name: name, Metrics: crmetrics.Provider()}).
+// (workqueue is github.com/go-coalesce/workqueue, clientworkqueue is
+// k8s.io/client-go/util/workqueue) or, to keep the priorities
+// controller-runtime's handlers assign,
+// crpriority.New(rl, workqueue.Config[reconcile.Request]{Name: name, Metrics: crmetrics.Provider()}).
 //
 // controller-runtime (v0.25) registers seven families at init, with the
 // labels name and controller (and priority on workqueue_depth), and installs
