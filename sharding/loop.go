@@ -116,6 +116,17 @@ func (r *Replica) Run(ctx context.Context) error {
 		case <-r.ring.changes():
 			changed = true
 		}
+		var permsDue time.Time
+		if done != nil {
+			if permsDue = r.checkPermissions(time.Now()); r.stopErr != nil {
+				done = nil
+				if r.cfg.SkipRelease {
+					r.runs.abandon()
+					return r.stopErr
+				}
+				r.leave()
+			}
+		}
 		now := time.Now()
 		if !now.Before(next) {
 			next = now.Add(r.period())
@@ -126,15 +137,6 @@ func (r *Replica) Run(ctx context.Context) error {
 		r.sync() // before progress: keys are removed before a release
 		wakeAt := r.progress(api)
 		r.sync()
-		permsDue := r.checkPermissions(time.Now())
-		if r.stopErr != nil && done != nil {
-			done = nil
-			if r.cfg.SkipRelease {
-				r.runs.abandon()
-				return r.stopErr
-			}
-			r.leave()
-		}
 		if _, _, _, leaving := r.runs.status(); leaving {
 			if finished, err := r.leaveDone(api); finished {
 				return errors.Join(r.stopErr, err)
