@@ -139,6 +139,12 @@ func (r *Replica) Run(ctx context.Context) error {
 		r.sync()
 		if _, _, _, leaving := r.runs.status(); leaving {
 			if finished, err := r.leaveDone(api); finished {
+				switch {
+				case r.stopErr == nil:
+					return err
+				case err == nil:
+					return r.stopErr
+				}
 				return errors.Join(r.stopErr, err)
 			}
 			wakeAt = earliest(wakeAt, r.leaveBy)
