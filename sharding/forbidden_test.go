@@ -175,27 +175,39 @@ func TestForbidden(t *testing.T) {
 						t.Fatalf("b's Run: %v", res.err)
 					}
 				}
-				// Meanwhile: refused, not ready.
+				// Meanwhile: refused, not ready. Run must return within
+				// LeaseDuration + a period of the first refusal; give it
+				// up to twice that before failing (a Run that never
+				// returns would otherwise tick in simulated time until
+				// the test binary's timeout).
 				var res result
-				checked := false
-				for !checked {
+				checked, returned := false, false
+				limit := time.After(3*leaseDuration + 2*maxPeriod)
+				for !returned {
 					select {
 					case res = <-done:
-						checked = true
+						returned = true
 						continue
+					case <-limit:
+						cancel()
+						res = <-done
+						t.Fatalf("Run did not return within 3×LeaseDuration while %s was refused (first at %v); it returned %v when cancelled",
+							verb, ref.firstAt(), res.err)
 					case <-time.After(100 * time.Millisecond):
 					}
-					if ref.firstAt().IsZero() || time.Since(ref.firstAt()) < time.Second {
+					if checked || ref.firstAt().IsZero() || time.Since(ref.firstAt()) < time.Second {
 						continue
 					}
+					checked = true
 					if v, _ := g.get(); v != 1 {
 						t.Errorf("Metrics.Forbidden = %v a second after the first refused %s, want 1", v, verb)
 					}
 					if err := r.Ready(nil); err == nil || !strings.Contains(err.Error(), "cannot "+verb+" leases") {
 						t.Errorf("Ready = %v a second after the first refused %s, want an error naming it", err, verb)
 					}
-					res = <-done
-					checked = true
+				}
+				if !checked {
+					t.Errorf("Run returned before the gauge and Ready were checked, a second after the first refusal")
 				}
 				first := ref.firstAt()
 				if first.IsZero() {
