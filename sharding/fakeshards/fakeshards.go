@@ -25,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -35,6 +36,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -464,6 +466,22 @@ func (f *Server) read(w watch.Interface, done chan struct{}) {
 // drops the events of objects outside the selector when honoured.
 func (c *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	f := c.srv
+	stream := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	if stream {
+		// A watch-list stream is the initial list of a Reflector: it is
+		// counted and held back as a full LIST of its selector.
+		c.mu.Lock()
+		c.lists[opts.ShardSelector]++
+		hold := c.held[opts.ShardSelector]
+		c.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}
@@ -477,7 +495,11 @@ func (c *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 		return nil, err
 	}
 	sub := &subscriber{f: c, srv: f, match: match, out: make(chan watch.Event), done: make(chan struct{}), ended: make(chan struct{}), more: make(chan struct{}, 1)}
-	if opts.ResourceVersion == "" {
+	if stream {
+		if err := f.streamLocked(c, sub, opts.ResourceVersion, match); err != nil {
+			return nil, err
+		}
+	} else if opts.ResourceVersion == "" {
 		for _, o := range f.objs {
 			sub.buf = append(sub.buf, watch.Event{Type: watch.Added, Object: o})
 		}
@@ -510,6 +532,71 @@ func (c *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 	c.mu.Unlock()
 	go sub.run()
 	return sub, nil
+}
+
+// streamLocked starts sub as a watch-list stream (KEP-3157, what a
+// Reflector asks for first): every current object in the selector as an
+// Added event, then a Bookmark marked as the end of the initial events,
+// at the newest resourceVersion, then the changes after it. A version
+// older than the cache is answered 410 Gone. f.mu must be held.
+func (f *Server) streamLocked(c *ListerWatcher, sub *subscriber, rv string, match func(runtime.Object) bool) error {
+	if rv != "" && rv != "0" {
+		from, err := strconv.ParseInt(rv, 10, 64)
+		if err != nil {
+			return fmt.Errorf("fakeshards: resourceVersion %q: %w", rv, err)
+		}
+		if from < f.base {
+			sub.buf = []watch.Event{{Type: watch.Error, Object: &apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", from, f.base)).ErrStatus}}
+			return nil
+		}
+	}
+	keys := make([]string, 0, len(f.objs))
+	for k, o := range f.objs {
+		if match(o) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		sub.buf = append(sub.buf, watch.Event{Type: watch.Added, Object: f.objs[k]})
+	}
+	bookmark, err := f.newItemLocked()
+	if err != nil {
+		return err
+	}
+	m, err := meta.Accessor(bookmark)
+	if err != nil {
+		return err
+	}
+	m.SetResourceVersion(strconv.FormatInt(f.rv, 10))
+	m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+	sub.buf = append(sub.buf, watch.Event{Type: watch.Bookmark, Object: bookmark})
+	sub.initial = len(sub.buf)
+	c.mu.Lock()
+	c.listed += len(keys)
+	c.mu.Unlock()
+	return nil
+}
+
+// newItemLocked returns an empty object of the listed type. f.mu must be
+// held.
+func (f *Server) newItemLocked() (runtime.Object, error) {
+	if u, ok := f.template.(*unstructured.UnstructuredList); ok {
+		item := &unstructured.Unstructured{}
+		item.SetAPIVersion(u.GetAPIVersion())
+		item.SetKind(strings.TrimSuffix(u.GetKind(), "List"))
+		return item, nil
+	}
+	items, err := meta.GetItemsPtr(f.template)
+	if err != nil {
+		return nil, err
+	}
+	elem := reflect.TypeOf(items).Elem().Elem()
+	obj, ok := reflect.New(elem).Interface().(runtime.Object)
+	if !ok {
+		return nil, fmt.Errorf("fakeshards: %v is not an object", elem)
+	}
+	return obj, nil
 }
 
 // subscriber is one watch served from the cache.
