@@ -78,10 +78,10 @@ type ListerWatcher struct {
 	owns bool
 
 	mu      sync.Mutex     // protects the fields below
-	lists   map[string]int // full LISTs (no Limit) by selector
+	lists   map[string]int // full LISTs and watch-list streams, by selector
 	listed  int            // objects returned by full LISTs
 	sent    int            // watch events sent (after the initial objects)
-	probes  int            // LISTs with a Limit
+	probes  int            // LISTs with Limit 1
 	watches int            // watches started
 	open    int            // watches not stopped yet
 	held    map[string]chan struct{}
@@ -120,7 +120,8 @@ func (srv *Server) SetHonour(honour bool) {
 // SetHonour is f.Server().SetHonour.
 func (f *ListerWatcher) SetHonour(honour bool) { f.srv.SetHonour(honour) }
 
-// Lists returns the number of full LISTs (without a Limit) made with
+// Lists returns the number of full LISTs (not probes; a paged LIST counts
+// once) and watch-list streams made with
 // selector ("" for unsharded LISTs).
 func (f *ListerWatcher) Lists(selector string) int {
 	f.mu.Lock()
@@ -162,7 +163,8 @@ func (f *ListerWatcher) Reset() {
 	f.listed, f.sent, f.probes, f.watches = 0, 0, 0, 0
 }
 
-// Probes returns the number of LISTs made with a Limit.
+// Probes returns the number of LISTs made with Limit 1 (the sharded
+// informer's probe of the server's mode).
 func (f *ListerWatcher) Probes() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -264,18 +266,25 @@ func (f *ListerWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) 
 }
 
 // ListWithContext lists from the server's cache, applying the selector
-// when honoured (and echoing it in ListMeta.ShardInfo) and the Limit.
+// when honoured (and echoing it in ListMeta.ShardInfo) and the Limit: a
+// page ends with a Continue token (the last key returned) when more
+// objects follow. A LIST with Limit 1 is a probe; the first page of any
+// other LIST counts as one full LIST.
 func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	sel := opts.ShardSelector
 	f.mu.Lock()
 	hold := f.held[sel]
-	if opts.Limit > 0 {
+	probe := opts.Limit == 1
+	switch {
+	case probe:
 		f.probes++
-	} else {
+	case opts.Continue == "":
 		f.lists[sel]++
+	default:
+		hold = nil // held once, at its first page
 	}
 	f.mu.Unlock()
-	if hold != nil && opts.Limit == 0 {
+	if hold != nil && !probe {
 		select {
 		case <-hold:
 		case <-ctx.Done():
@@ -301,12 +310,17 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 	}
 	slices.Sort(keys)
 	var items []runtime.Object
+	cont := ""
 	for _, k := range keys {
+		if k <= opts.Continue {
+			continue
+		}
 		if o := srv.objs[k]; match(o) {
-			items = append(items, o)
 			if opts.Limit > 0 && int64(len(items)) == opts.Limit {
+				cont, _ = cache.MetaNamespaceKeyFunc(items[len(items)-1])
 				break
 			}
+			items = append(items, o)
 		}
 	}
 	list := srv.template.DeepCopyObject()
@@ -318,6 +332,7 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 		return nil, err
 	}
 	lm.SetResourceVersion(strconv.FormatInt(srv.rv, 10))
+	lm.SetContinue(cont)
 	if srv.honour && sel != "" {
 		s, ok := lm.(metav1.ShardedListInterface)
 		if !ok {
@@ -325,7 +340,7 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 		}
 		s.SetShardInfo(&metav1.ShardInfo{Selector: sel})
 	}
-	if opts.Limit == 0 {
+	if !probe {
 		f.mu.Lock()
 		f.listed += len(items)
 		f.mu.Unlock()
