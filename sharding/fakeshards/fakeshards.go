@@ -16,9 +16,14 @@
 // version it saw, and a version older than the cache's start is answered
 // 410 Gone, as by the API server.
 //
-// It also counts requests (LISTs per selector, objects listed, watches,
-// events sent) and can hold back the LISTs of a selector, to test what a
-// replica does while a shard is being filled.
+// It serves watch-list streams (a watch with SendInitialEvents, what
+// client-go's Reflector asks for first: the current objects, then a
+// bookmark marking the end of the initial events) and pages a LIST with a
+// Limit (a Continue token after each page but the last).
+//
+// It also counts requests (LISTs and streams per selector, objects listed,
+// watches, events sent) and can hold back the LISTs and streams of a
+// selector, to test what a replica does while a shard is being filled.
 package fakeshards
 
 import (

@@ -59,6 +59,7 @@ package shardcache
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
@@ -378,31 +379,18 @@ func (inf *Informer) DebugState() string {
 		feeds = append(feeds, s)
 	}
 	slices.Sort(feeds)
+	held := func(b []bool) []int {
+		var out []int
+		for i, v := range b {
+			if v {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
 	mode := map[bool]string{false: "client", true: "server"}[inf.server]
-	return "mode " + mode + " decided " + strconv.FormatBool(inf.decided) +
-		" target " + bits(inf.target) + " synced " + bits(inf.synced) +
-		" feeds " + klogList(feeds) + " objects " + strconv.Itoa(len(inf.indexer.ListKeys()))
-}
-
-func bits(b []bool) string {
-	var out []int
-	for i, v := range b {
-		if v {
-			out = append(out, i)
-		}
-	}
-	return klogList(out)
-}
-
-func klogList(v []int) string {
-	s := "["
-	for i, x := range v {
-		if i > 0 {
-			s += " "
-		}
-		s += strconv.Itoa(x)
-	}
-	return s + "]"
+	return fmt.Sprintf("mode %s decided %v target %v synced %v feeds %v objects %d",
+		mode, inf.decided, held(inf.target), held(inf.synced), feeds, len(inf.indexer.ListKeys()))
 }
 
 // logger returns the informer's logger for ctx.

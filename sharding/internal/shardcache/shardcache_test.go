@@ -37,7 +37,9 @@ func shardOf(obj any) (int, bool) {
 	return shardOfNS(cm.Namespace), true
 }
 
-func selector(s int) string { return sharding.Selector(sharding.FieldNamespace, shards, []int{s}).String() }
+func selector(s int) string {
+	return sharding.Selector(sharding.FieldNamespace, shards, []int{s}).String()
+}
 
 // fixture is one sharded informer of ConfigMaps (two per namespace, 32
 // namespaces, eight in each shard) on a fakeshards server.
