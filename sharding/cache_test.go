@@ -364,6 +364,10 @@ func TestServerStopsFiltering(t *testing.T) {
 		defer rg.stopAll()
 		a, b := rg.start(false), rg.start(false)
 		rg.waitBalanced(leaseDuration)
+		// client-go's Reflector takes a watch that ends within a second
+		// of its start, without an event, for a failure and lists again;
+		// an API server ends watches after their timeout (minutes).
+		time.Sleep(2 * time.Second)
 		ma, mb := rg.members[a], rg.members[b]
 		for _, m := range []*member{ma, mb} {
 			if f := m.r.Filtering(); f != sharding.FilterServer {

@@ -272,7 +272,7 @@ func (r *Replica) Filtering() Filtering {
 	if inf == nil {
 		return FilterClient
 	}
-	return inf.filtering()
+	return filtering(inf)
 }
 
 // primaryInformer returns the primary informer, or nil.
@@ -329,7 +329,7 @@ func (r *Replica) shardOfKey(key string) (int, bool) {
 	if inf == nil {
 		return 0, false
 	}
-	if obj, ok, err := inf.indexer.GetByKey(key); err == nil && ok {
+	if obj, ok, err := inf.GetIndexer().GetByKey(key); err == nil && ok {
 		return r.ShardOfObject(obj)
 	}
 	if r.field == FieldNamespace {

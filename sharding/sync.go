@@ -39,9 +39,9 @@ func (r *Replica) sync() {
 		}
 	}
 	for _, inf := range infs {
-		inf.setShards(held)
+		inf.SetShards(held)
 		for _, s := range held {
-			filled[s] = filled[s] && inf.hasSynced(s)
+			filled[s] = filled[s] && inf.Synced(s)
 		}
 	}
 	r.runs.setFilled(filled, gen)
@@ -63,7 +63,7 @@ func (r *Replica) admitted() {
 	if inf := r.primaryInformer(); inf != nil {
 		each := func(shards []int, do func(key string)) {
 			for _, s := range shards {
-				for _, obj := range inf.byShard(s) {
+				for _, obj := range inf.ByShard(s) {
 					if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 						do(key)
 					}

@@ -16,15 +16,21 @@
 // version it saw, and a version older than the cache's start is answered
 // 410 Gone, as by the API server.
 //
-// It also counts requests (LISTs per selector, objects listed, watches,
-// events sent) and can hold back the LISTs of a selector, to test what a
-// replica does while a shard is being filled.
+// It serves watch-list streams (a watch with SendInitialEvents, what
+// client-go's Reflector asks for first: the current objects, then a
+// bookmark marking the end of the initial events) and pages a LIST with a
+// Limit (a Continue token after each page but the last).
+//
+// It also counts requests (LISTs and streams per selector, objects listed,
+// watches, events sent) and can hold back the LISTs and streams of a
+// selector, to test what a replica does while a shard is being filled.
 package fakeshards
 
 import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -35,6 +41,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -76,10 +83,10 @@ type ListerWatcher struct {
 	owns bool
 
 	mu      sync.Mutex     // protects the fields below
-	lists   map[string]int // full LISTs (no Limit) by selector
+	lists   map[string]int // full LISTs and watch-list streams, by selector
 	listed  int            // objects returned by full LISTs
 	sent    int            // watch events sent (after the initial objects)
-	probes  int            // LISTs with a Limit
+	probes  int            // LISTs with Limit 1
 	watches int            // watches started
 	open    int            // watches not stopped yet
 	held    map[string]chan struct{}
@@ -118,7 +125,8 @@ func (srv *Server) SetHonour(honour bool) {
 // SetHonour is f.Server().SetHonour.
 func (f *ListerWatcher) SetHonour(honour bool) { f.srv.SetHonour(honour) }
 
-// Lists returns the number of full LISTs (without a Limit) made with
+// Lists returns the number of full LISTs (not probes; a paged LIST counts
+// once) and watch-list streams made with
 // selector ("" for unsharded LISTs).
 func (f *ListerWatcher) Lists(selector string) int {
 	f.mu.Lock()
@@ -160,7 +168,8 @@ func (f *ListerWatcher) Reset() {
 	f.listed, f.sent, f.probes, f.watches = 0, 0, 0, 0
 }
 
-// Probes returns the number of LISTs made with a Limit.
+// Probes returns the number of LISTs made with Limit 1 (the sharded
+// informer's probe of the server's mode).
 func (f *ListerWatcher) Probes() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -262,18 +271,25 @@ func (f *ListerWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) 
 }
 
 // ListWithContext lists from the server's cache, applying the selector
-// when honoured (and echoing it in ListMeta.ShardInfo) and the Limit.
+// when honoured (and echoing it in ListMeta.ShardInfo) and the Limit: a
+// page ends with a Continue token (the last key returned) when more
+// objects follow. A LIST with Limit 1 is a probe; the first page of any
+// other LIST counts as one full LIST.
 func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	sel := opts.ShardSelector
 	f.mu.Lock()
 	hold := f.held[sel]
-	if opts.Limit > 0 {
+	probe := opts.Limit == 1
+	switch {
+	case probe:
 		f.probes++
-	} else {
+	case opts.Continue == "":
 		f.lists[sel]++
+	default:
+		hold = nil // held once, at its first page
 	}
 	f.mu.Unlock()
-	if hold != nil && opts.Limit == 0 {
+	if hold != nil && !probe {
 		select {
 		case <-hold:
 		case <-ctx.Done():
@@ -299,12 +315,17 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 	}
 	slices.Sort(keys)
 	var items []runtime.Object
+	cont := ""
 	for _, k := range keys {
+		if k <= opts.Continue {
+			continue
+		}
 		if o := srv.objs[k]; match(o) {
-			items = append(items, o)
 			if opts.Limit > 0 && int64(len(items)) == opts.Limit {
+				cont, _ = cache.MetaNamespaceKeyFunc(items[len(items)-1])
 				break
 			}
+			items = append(items, o)
 		}
 	}
 	list := srv.template.DeepCopyObject()
@@ -316,6 +337,7 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 		return nil, err
 	}
 	lm.SetResourceVersion(strconv.FormatInt(srv.rv, 10))
+	lm.SetContinue(cont)
 	if srv.honour && sel != "" {
 		s, ok := lm.(metav1.ShardedListInterface)
 		if !ok {
@@ -323,7 +345,7 @@ func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 		}
 		s.SetShardInfo(&metav1.ShardInfo{Selector: sel})
 	}
-	if opts.Limit == 0 {
+	if !probe {
 		f.mu.Lock()
 		f.listed += len(items)
 		f.mu.Unlock()
@@ -464,6 +486,22 @@ func (f *Server) read(w watch.Interface, done chan struct{}) {
 // drops the events of objects outside the selector when honoured.
 func (c *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	f := c.srv
+	stream := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	if stream {
+		// A watch-list stream is the initial list of a Reflector: it is
+		// counted and held back as a full LIST of its selector.
+		c.mu.Lock()
+		c.lists[opts.ShardSelector]++
+		hold := c.held[opts.ShardSelector]
+		c.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}
@@ -477,7 +515,11 @@ func (c *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 		return nil, err
 	}
 	sub := &subscriber{f: c, srv: f, match: match, out: make(chan watch.Event), done: make(chan struct{}), ended: make(chan struct{}), more: make(chan struct{}, 1)}
-	if opts.ResourceVersion == "" {
+	if stream {
+		if err := f.streamLocked(c, sub, opts.ResourceVersion, match); err != nil {
+			return nil, err
+		}
+	} else if opts.ResourceVersion == "" {
 		for _, o := range f.objs {
 			sub.buf = append(sub.buf, watch.Event{Type: watch.Added, Object: o})
 		}
@@ -510,6 +552,71 @@ func (c *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 	c.mu.Unlock()
 	go sub.run()
 	return sub, nil
+}
+
+// streamLocked starts sub as a watch-list stream (KEP-3157, what a
+// Reflector asks for first): every current object in the selector as an
+// Added event, then a Bookmark marked as the end of the initial events,
+// at the newest resourceVersion, then the changes after it. A version
+// older than the cache is answered 410 Gone. f.mu must be held.
+func (f *Server) streamLocked(c *ListerWatcher, sub *subscriber, rv string, match func(runtime.Object) bool) error {
+	if rv != "" && rv != "0" {
+		from, err := strconv.ParseInt(rv, 10, 64)
+		if err != nil {
+			return fmt.Errorf("fakeshards: resourceVersion %q: %w", rv, err)
+		}
+		if from < f.base {
+			sub.buf = []watch.Event{{Type: watch.Error, Object: &apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", from, f.base)).ErrStatus}}
+			return nil
+		}
+	}
+	keys := make([]string, 0, len(f.objs))
+	for k, o := range f.objs {
+		if match(o) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		sub.buf = append(sub.buf, watch.Event{Type: watch.Added, Object: f.objs[k]})
+	}
+	bookmark, err := f.newItemLocked()
+	if err != nil {
+		return err
+	}
+	m, err := meta.Accessor(bookmark)
+	if err != nil {
+		return err
+	}
+	m.SetResourceVersion(strconv.FormatInt(f.rv, 10))
+	m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+	sub.buf = append(sub.buf, watch.Event{Type: watch.Bookmark, Object: bookmark})
+	sub.initial = len(sub.buf)
+	c.mu.Lock()
+	c.listed += len(keys)
+	c.mu.Unlock()
+	return nil
+}
+
+// newItemLocked returns an empty object of the listed type. f.mu must be
+// held.
+func (f *Server) newItemLocked() (runtime.Object, error) {
+	if u, ok := f.template.(*unstructured.UnstructuredList); ok {
+		item := &unstructured.Unstructured{}
+		item.SetAPIVersion(u.GetAPIVersion())
+		item.SetKind(strings.TrimSuffix(u.GetKind(), "List"))
+		return item, nil
+	}
+	items, err := meta.GetItemsPtr(f.template)
+	if err != nil {
+		return nil, err
+	}
+	elem := reflect.TypeOf(items).Elem().Elem()
+	obj, ok := reflect.New(elem).Interface().(runtime.Object)
+	if !ok {
+		return nil, fmt.Errorf("fakeshards: %v is not an object", elem)
+	}
+	return obj, nil
 }
 
 // subscriber is one watch served from the cache.

@@ -1,0 +1,189 @@
+package shardcache
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/watchlist"
+)
+
+// errDowngraded ends a feed's list when the server stopped filtering; the
+// feed is stopped, and the informer has switched to client mode.
+var errDowngraded = errors.New("shardcache: the server stopped filtering by shard")
+
+// feedLW is the ListerWatcher of feed f's Reflector. It adds f's
+// ShardSelector to every request, reports every request to the replica,
+// and drops the objects of the shards f does not fill from every LIST page
+// and every watch event, before the Reflector sees them: the pager's
+// accumulated list and the temporary store of a watch-list stream (where
+// client-go's Reflector collects the whole initial list before its
+// Replace) then hold f's objects only. In client mode the server sends
+// every object of the resource, and a replica keeps 1/N of them.
+type feedLW struct {
+	inf *Informer
+	f   *feed
+}
+
+// IsWatchListSemanticsUnSupported passes on what the wrapped
+// ListerWatcher says of watch-list streams (client-go's fake clientsets
+// say they cannot), so that the Reflector falls back to a LIST for them.
+func (l *feedLW) IsWatchListSemanticsUnSupported() bool {
+	return watchlist.DoesClientNotSupportWatchListSemantics(l.inf.cfg.ListerWatcher)
+}
+
+func (l *feedLW) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return l.ListWithContext(context.Background(), opts)
+}
+
+func (l *feedLW) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return l.WatchWithContext(context.Background(), opts)
+}
+
+// wanted returns, for each shard, whether f keeps its objects now.
+func (l *feedLW) wanted() []bool {
+	inf := l.inf
+	inf.mu.Lock()
+	defer inf.mu.Unlock()
+	want := make([]bool, len(inf.target))
+	for s := range want {
+		want[s] = inf.keeps(l.f, s)
+	}
+	return want
+}
+
+// ListWithContext lists one page of f's shards.
+func (l *feedLW) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	opts.ShardSelector = l.f.sel
+	list, err := l.inf.lw.ListWithContext(ctx, opts)
+	if err != nil {
+		l.inf.failed(ctx, "list", err)
+		return nil, err
+	}
+	l.inf.succeeded("list")
+	if _, ok := shardInfoOf(list); l.f.sel != "" && opts.Continue == "" && !ok {
+		l.inf.downgrade(l.f, "a sharded LIST came back without ListMeta.ShardInfo: the server stopped honouring ListOptions.ShardSelector")
+		return nil, errDowngraded
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, err
+	}
+	want := l.wanted()
+	kept := items[:0:0]
+	for _, item := range items {
+		if s, ok := l.inf.cfg.ShardOf(item); ok && want[s] {
+			kept = append(kept, item)
+		}
+	}
+	if len(kept) == len(items) {
+		return list, nil
+	}
+	// SetList copies the kept items into a new array: a typed list's items
+	// are one array, and a pointer into it would keep every object of the
+	// page alive (TestClientFilterFreesTheList).
+	if err := meta.SetList(list, kept); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// WatchWithContext watches f's shards. A watch-list stream (the initial
+// list of a Reflector, SendInitialEvents) that carries another shard's
+// object in server mode means the server stopped honouring the selector,
+// as a LIST without ShardInfo does: the informer switches to client mode.
+// A watch resumed from a resourceVersion does not switch it: the filter
+// keeps foreign objects out, and the next list tells.
+func (l *feedLW) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.ShardSelector = l.f.sel
+	w, err := l.inf.lw.WatchWithContext(ctx, opts)
+	if err != nil {
+		l.inf.failed(ctx, "watch", err)
+		return nil, err
+	}
+	l.inf.succeeded("watch")
+	initial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	keep := func(ev watch.Event) bool {
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+		case watch.Bookmark:
+			if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				initial = false
+			}
+			return true
+		case watch.Error:
+			l.inf.failed(ctx, "watch", apierrors.FromObject(ev.Object))
+			return true
+		default:
+			return true
+		}
+		s, ok := l.inf.cfg.ShardOf(ev.Object)
+		if ok && l.keeps(s) {
+			return true
+		}
+		if ok && initial && l.f.sel != "" {
+			l.inf.downgrade(l.f, "a sharded watch-list stream carried another shard's object: the server stopped honouring ListOptions.ShardSelector")
+			initial = false // once is enough: the feed is stopped
+		}
+		return false
+	}
+	return newFilteredWatch(w, keep), nil
+}
+
+// keeps reports whether f keeps the objects of shard s now.
+func (l *feedLW) keeps(s int) bool {
+	l.inf.mu.Lock()
+	defer l.inf.mu.Unlock()
+	return l.inf.keeps(l.f, s)
+}
+
+// filteredWatch passes on the events of a watch that keep accepts.
+// apimachinery's watch.Filter does the same, but its goroutine blocks for
+// good on an event nobody reads once the Reflector has stopped the watch;
+// this one ends with Stop.
+type filteredWatch struct {
+	in   watch.Interface
+	out  chan watch.Event
+	done chan struct{}
+	once sync.Once
+}
+
+func newFilteredWatch(in watch.Interface, keep func(watch.Event) bool) *filteredWatch {
+	w := &filteredWatch{in: in, out: make(chan watch.Event), done: make(chan struct{})}
+	go func() {
+		defer close(w.out)
+		for {
+			select {
+			case <-w.done:
+				return
+			case ev, ok := <-in.ResultChan():
+				if !ok {
+					return
+				}
+				if !keep(ev) {
+					continue
+				}
+				select {
+				case w.out <- ev:
+				case <-w.done:
+					return
+				}
+			}
+		}
+	}()
+	return w
+}
+
+func (w *filteredWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *filteredWatch) Stop() {
+	w.once.Do(func() {
+		close(w.done)
+		w.in.Stop()
+	})
+}
