@@ -33,12 +33,12 @@ type clusterOptions struct {
 // runCluster runs one replica of the Deployment "controller" against the
 // cluster of the kubeconfig ($KUBECONFIG, ~/.kube/config) or, in a pod,
 // the in-cluster configuration, with the Lease timings' defaults. Start
-// it several times with different identities (deploy/deployment.yaml
+// it several times with different identities (deploy/20-deployment.yaml
 // runs three pods): each replica caches and "reconciles" (logs) only the
 // Deployments of the namespace whose shards it holds.
 //
 // It only reads Deployments, so it needs no more than the ring's RBAC
-// (deploy/rbac.yaml): a controller that writes adds its own verbs. It
+// (deploy/10-rbac.yaml): a controller that writes adds its own verbs. It
 // returns Run's error: a replica the API server keeps refusing a request
 // it needs stops with an error that names it, and the pod restarts
 // visibly instead of looking healthy while holding nothing.
