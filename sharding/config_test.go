@@ -14,7 +14,8 @@ import (
 )
 
 // TestNewValidates checks that New rejects what would break the ring and
-// fills in the defaults otherwise.
+// fills in the defaults otherwise, and that each error names the field at
+// fault (issue #32).
 func TestNewValidates(t *testing.T) {
 	cs := fakeleases.New().Clientset("a")
 	q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
@@ -28,22 +29,32 @@ func TestNewValidates(t *testing.T) {
 		edit func(*sharding.Config)
 		want string
 	}{
-		"no client":           {func(c *sharding.Config) { c.Client = nil }, "needs Client"},
-		"no object":           {func(c *sharding.Config) { c.Object = nil }, "needs Client, Object and Queue"},
-		"sharded with by uid": {func(c *sharding.Config) { c.ShardedWith = []runtime.Object{&appsv1.ReplicaSet{}} }, "ShardedWith needs Field = FieldNamespace"},
+		"no client":           {func(c *sharding.Config) { c.Client = nil }, "Config.Client is required"},
+		"no namespace":        {func(c *sharding.Config) { c.Namespace = "" }, "Config.Namespace is required"},
+		"bad namespace":       {func(c *sharding.Config) { c.Namespace = "Not_A_Namespace" }, "Config.Namespace \"Not_A_Namespace\""},
+		"no name":             {func(c *sharding.Config) { c.Name = "" }, "Config.Name is required"},
+		"bad name":            {func(c *sharding.Config) { c.Name = "a/b" }, "Config.Name \"a/b\" is not a label value"},
+		"no object":           {func(c *sharding.Config) { c.Object = nil }, "Config.Object is required"},
+		"no queue":            {func(c *sharding.Config) { c.Queue = nil }, "Config.Queue is required"},
+		"sharded with by uid": {func(c *sharding.Config) { c.ShardedWith = []runtime.Object{&appsv1.ReplicaSet{}} }, "Config.ShardedWith needs Field = FieldNamespace"},
 		"sharded with itself": {func(c *sharding.Config) {
 			c.Field = sharding.FieldNamespace
-			c.ShardedWith = []runtime.Object{&appsv1.Deployment{}}
-		}, "Config.Object's type"},
-		"no identity":          {func(c *sharding.Config) { c.Identity = "" }, "needs Namespace, Name and Identity"},
-		"bad identity":         {func(c *sharding.Config) { c.Identity = "A_b" }, "no Lease name"},
-		"shards not a power":   {func(c *sharding.Config) { c.Shards = 12 }, "power of two"},
-		"too many shards":      {func(c *sharding.Config) { c.Shards = 1 << 17 }, "power of two"},
-		"unknown field":        {func(c *sharding.Config) { c.Field = "metadata.name" }, "Field"},
-		"renew ≥ lease":        {func(c *sharding.Config) { c.RenewDeadline = 20 * time.Second }, "RenewDeadline"},
-		"retry ≥ renew":        {func(c *sharding.Config) { c.RetryPeriod = 10 * time.Second }, "RetryPeriod"},
-		"negative grace":       {func(c *sharding.Config) { c.GracePeriod = -1 }, "GracePeriod"},
-		"lease under defaults": {func(c *sharding.Config) { c.LeaseDuration = 5 * time.Second }, "LeaseDuration"},
+			c.ShardedWith = []runtime.Object{&appsv1.ReplicaSet{}, &appsv1.Deployment{}}
+		}, "Config.ShardedWith[1] is Config.Object's type"},
+		"sharded with nil": {func(c *sharding.Config) {
+			c.Field = sharding.FieldNamespace
+			c.ShardedWith = []runtime.Object{nil}
+		}, "Config.ShardedWith[0] is nil"},
+		"no identity":          {func(c *sharding.Config) { c.Identity = "" }, "Config.Identity is required"},
+		"bad identity":         {func(c *sharding.Config) { c.Identity = "A_b" }, "Config.Identity \"A_b\" (with Config.Name \"ring\") makes no Lease name"},
+		"shards not a power":   {func(c *sharding.Config) { c.Shards = 12 }, "Config.Shards is 12, need a power of two"},
+		"too many shards":      {func(c *sharding.Config) { c.Shards = 1 << 17 }, "Config.Shards is 131072, need a power of two"},
+		"unknown field":        {func(c *sharding.Config) { c.Field = "metadata.name" }, "Config.Field \"metadata.name\""},
+		"renew ≥ lease":        {func(c *sharding.Config) { c.RenewDeadline = 20 * time.Second }, "Config.RenewDeadline (20s) must be below Config.LeaseDuration (15s)"},
+		"retry ≥ renew":        {func(c *sharding.Config) { c.RetryPeriod = 10 * time.Second }, "Config.RetryPeriod (10s) must be below Config.RenewDeadline (10s)"},
+		"negative retry":       {func(c *sharding.Config) { c.RetryPeriod = -time.Second }, "Config.RetryPeriod is -1s, need it above 0"},
+		"negative grace":       {func(c *sharding.Config) { c.GracePeriod = -1 }, "Config.GracePeriod is -1ns"},
+		"lease under defaults": {func(c *sharding.Config) { c.LeaseDuration = 5 * time.Second }, "Config.RenewDeadline (10s) must be below Config.LeaseDuration (5s)"},
 	} {
 		c := ok()
 		tc.edit(&c)

@@ -15,9 +15,7 @@ func MergeRanges(r *Replica) {
 // against those r admits), for test failures.
 func DebugState(r *Replica) string {
 	admitted := r.Shards()
-	r.mu.Lock()
-	alive := r.alive
-	r.mu.Unlock()
+	_, alive := r.runs.readiness()
 	inf := r.primary
 	inf.mu.Lock()
 	defer inf.mu.Unlock()

@@ -96,6 +96,10 @@ type Metrics struct {
 	Shards Gauge
 	// Objects is the number of objects in the primary sharded informer.
 	Objects Gauge
+	// Forbidden is 1 while the API server refuses (403) a kind of request
+	// the replica needs, 0 otherwise (forbidden.go; see Replica.Ready). It
+	// is set under the permission tracker's lock.
+	Forbidden Gauge
 }
 
 func setGauge(g Gauge, v float64) {

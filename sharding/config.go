@@ -1,0 +1,208 @@
+package sharding
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// This file is the replica's configuration: Config, its defaults, and the
+// checks New makes of it (validate). Every error names the field that is
+// missing or invalid.
+
+// Defaults of the timing fields of Config: client-go's leader election
+// defaults, with the same meaning.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+	DefaultGracePeriod   = 5 * time.Second
+	DefaultShards        = 16
+)
+
+// Queue is what the replica needs of the controller's queue: it adds the
+// keys of the shards it gains and removes those of the shards it gives up.
+// A *workqueue.RateLimitingQueue[string] satisfies it.
+type Queue interface {
+	Add(key string)
+	Remove(key string) bool
+}
+
+// Config configures a Replica. Client, Namespace, Name, Identity, Object
+// and Queue are required, and ListerWatcher unless the primary informer is
+// built through Replica.NewInformer; every other field has a zero value
+// that works.
+type Config struct {
+	// Client is used for Leases only, in Namespace.
+	Client kubernetes.Interface
+	// Namespace holds the ring's Leases.
+	Namespace string
+	// Name names the ring: every replica of one controller uses the same
+	// Name, and its Leases are "<Name>-member-<Identity>" and
+	// "<Name>-shard-<i>", labelled sharding.go-coalesce.io/ring=<Name>.
+	// It must be a valid label value and a DNS subdomain.
+	Name string
+	// Identity names this replica; it must be unique among the live
+	// replicas of the ring (a pod name is), as in leader election.
+	Identity string
+
+	// Shards is the number of shards S of the ring, a power of two from 1
+	// to 65536, the same on every replica; zero means DefaultShards (16).
+	// Choose it above the largest replica count you expect: a ring of S
+	// shards spreads over at most S replicas.
+	Shards int
+	// Field is the object field that is hashed: FieldUID (the default,
+	// when empty) or FieldNamespace.
+	Field string
+
+	// Object is the sharded resource's type, e.g. &corev1.ConfigMap{}.
+	Object runtime.Object
+	// ListerWatcher lists and watches the sharded resource, e.g.
+	// cache.NewListWatchFromClient(client.CoreV1().RESTClient(),
+	// "configmaps", namespace, fields.Everything()). The replica builds
+	// its sharded informer on it (Informer) and runs it in Run; the
+	// replica adds KEP-5866's ShardSelector to each LIST and watch.
+	// It may be nil only if the primary informer is built through
+	// NewInformer (controller-runtime's cache.Options.NewInformer), which
+	// then gives the ListerWatcher.
+	ListerWatcher cache.ListerWatcher
+	// ShardedWith are other namespaced types (e.g. the ReplicaSets and
+	// Pods of a Deployment controller) whose informers, built through
+	// NewInformer, hold only the objects of the held shards, by the same
+	// ranges. Only with Field = FieldNamespace: with FieldUID, a
+	// secondary object's shard would be that of its own UID, not its
+	// owner's, so its owner's holder would not have it.
+	ShardedWith []runtime.Object
+	// Queue is the controller's queue. The replica adds keys of the shards
+	// it holds and removes a shard's keys when it gives the shard up.
+	Queue Queue
+	// Metrics, if set, are kept up to date: who filters, shards held,
+	// objects cached.
+	Metrics Metrics
+
+	// LeaseDuration is how long another replica waits, after it last saw
+	// this replica's membership Lease change, before it takes the shards
+	// away. Zero means DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long after the start of its last successful
+	// (answered) renewal a replica keeps processing its shards' keys when
+	// renewals fail; then it stops admitting them, cancels their runs and
+	// stops renewing its session: it only tries to join again, with a new
+	// session that the others count only once renewed. It must
+	// be below LeaseDuration, by enough to cover clock drift and the time
+	// a cancelled handler takes to return. Zero means DefaultRenewDeadline.
+	RenewDeadline time.Duration
+	// RetryPeriod is the period of the replica's loop: it renews its
+	// membership Lease once per period (it watches the ring, and acts on
+	// a change when the watch delivers it, not at the period). Each period
+	// is RetryPeriod plus a jitter of up to a tenth of it (and of half
+	// of RenewDeadline − RetryPeriod), so that replicas started together
+	// do not write in lockstep; the loop never runs more often than once
+	// per RetryPeriod. It must be below RenewDeadline. Zero means
+	// DefaultRetryPeriod.
+	RetryPeriod time.Duration
+	// GracePeriod is how long the in-flight runs of a shard that the
+	// replica gives up voluntarily (to balance, or when leaving) may go on
+	// before their context is cancelled. The shard is released once they
+	// have returned. Zero means DefaultGracePeriod.
+	GracePeriod time.Duration
+
+	// SkipRelease makes Run, when its context ends, stop at once without
+	// releasing anything, as a crashed process would: the runs in flight
+	// are cancelled and the other replicas take the shards after
+	// LeaseDuration. The zero value leaves gracefully: the shards are
+	// drained and released, then the membership Lease is deleted.
+	SkipRelease bool
+
+	// SkipEventKeys stops the replica from adding the keys of its
+	// informer's events to Queue: it adds only the keys of a shard it
+	// gains (once synced), and still records deleted objects' shards. Set
+	// it when the controller's own event handlers enqueue the events, with
+	// their own filters (controller-runtime's predicates: interop/crsharding
+	// sets it), so that a change those filters drop is not reconciled.
+	SkipEventKeys bool
+
+	// OnChange, if not nil, is called with the sorted shards the replica
+	// holds every time that set changes. It runs on the replica's loop
+	// goroutine, which it must not block.
+	OnChange func(shards []int)
+}
+
+// validate checks cfg and returns it with its defaults filled in. Each
+// error names the field at fault (issue #32).
+func (cfg Config) validate() (Config, error) {
+	for _, f := range []struct {
+		name    string
+		missing bool
+	}{
+		{"Client", cfg.Client == nil},
+		{"Namespace", cfg.Namespace == ""},
+		{"Name", cfg.Name == ""},
+		{"Identity", cfg.Identity == ""},
+		{"Object", cfg.Object == nil},
+		{"Queue", cfg.Queue == nil},
+	} {
+		if f.missing {
+			return cfg, fmt.Errorf("sharding: Config.%s is required", f.name)
+		}
+	}
+	if errs := validation.IsDNS1123Label(cfg.Namespace); len(errs) > 0 {
+		return cfg, fmt.Errorf("sharding: Config.Namespace %q is not a namespace name: %v", cfg.Namespace, errs)
+	}
+	if errs := validation.IsValidLabelValue(cfg.Name); len(errs) > 0 {
+		return cfg, fmt.Errorf("sharding: Config.Name %q is not a label value: %v", cfg.Name, errs)
+	}
+	if errs := validation.IsDNS1123Subdomain(memberLeaseName(cfg.Name, cfg.Identity)); len(errs) > 0 {
+		return cfg, fmt.Errorf("sharding: Config.Identity %q (with Config.Name %q) makes no Lease name: %v", cfg.Identity, cfg.Name, errs)
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = DefaultShards
+	}
+	if !validShards(cfg.Shards) {
+		return cfg, fmt.Errorf("sharding: Config.Shards is %d, need a power of two from 1 to 65536", cfg.Shards)
+	}
+	switch cfg.Field {
+	case "":
+		cfg.Field = FieldUID
+	case FieldUID, FieldNamespace:
+	default:
+		return cfg, fmt.Errorf("sharding: Config.Field %q, need %q or %q", cfg.Field, FieldUID, FieldNamespace)
+	}
+	if len(cfg.ShardedWith) > 0 && cfg.Field != FieldNamespace {
+		return cfg, errors.New("sharding: Config.ShardedWith needs Field = FieldNamespace: sharded by UID, " +
+			"another resource's object has its own UID, not its owner's, so it would not land in its owner's shard")
+	}
+	for i, o := range cfg.ShardedWith {
+		if o == nil {
+			return cfg, fmt.Errorf("sharding: Config.ShardedWith[%d] is nil", i)
+		}
+		if sameType(o, cfg.Object) {
+			return cfg, fmt.Errorf("sharding: Config.ShardedWith[%d] is Config.Object's type", i)
+		}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.LeaseDuration, DefaultLeaseDuration)
+	def(&cfg.RenewDeadline, DefaultRenewDeadline)
+	def(&cfg.RetryPeriod, DefaultRetryPeriod)
+	def(&cfg.GracePeriod, DefaultGracePeriod)
+	switch {
+	case cfg.RetryPeriod <= 0:
+		return cfg, fmt.Errorf("sharding: Config.RetryPeriod is %v, need it above 0", cfg.RetryPeriod)
+	case cfg.RetryPeriod >= cfg.RenewDeadline:
+		return cfg, fmt.Errorf("sharding: Config.RetryPeriod (%v) must be below Config.RenewDeadline (%v)", cfg.RetryPeriod, cfg.RenewDeadline)
+	case cfg.RenewDeadline >= cfg.LeaseDuration:
+		return cfg, fmt.Errorf("sharding: Config.RenewDeadline (%v) must be below Config.LeaseDuration (%v)", cfg.RenewDeadline, cfg.LeaseDuration)
+	case cfg.GracePeriod < 0:
+		return cfg, fmt.Errorf("sharding: Config.GracePeriod is %v, need it 0 or above", cfg.GracePeriod)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,197 @@
+package sharding
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+)
+
+// This file tracks the requests the API server refuses (issue #32): a
+// replica that misses an RBAC verb must fail clearly, never hang looking
+// healthy. Without create or update on leases it would never hold a shard;
+// without delete it would never take over a crashed replica's shards (the
+// fence deletes its membership Lease); without list or watch it would
+// never see the ring. Every API request of the replica reports its
+// outcome here: the Lease requests through leaseIO (leases.go), the
+// ring's list and watch included, and the sharded cache's list and watch
+// through the callbacks the informers are given.
+//
+// A kind of request is a verb on a resource ("create", "leases"). It is
+// refused from its first 403 until a request of that kind succeeds, or is
+// answered in a way only an authorized request is (a Conflict, a
+// NotFound...: authorized, leases.go). While any is refused,
+// Metrics.Forbidden is 1 and Ready fails; once one has been refused for
+// LeaseDuration, Run leaves and returns the error (checkPermissions,
+// loop.go). LeaseDuration is the bound because it is how long the others
+// wait for a silent member: a replica that cannot do its part for that
+// long is as good as gone.
+
+// permissions is the tracker. Its zero value is not usable; init it.
+type permissions struct {
+	namespace string // of the Leases, for messages
+	gauge     Gauge  // Metrics.Forbidden, may be nil
+	poke      func() // wakes the loop when a kind of request becomes refused
+
+	mu      sync.Mutex // protects refused; the gauge is set under it
+	refused map[request]refusal
+}
+
+// request is a kind of request: a verb on a resource.
+type request struct{ verb, resource string }
+
+type refusal struct {
+	since time.Time // the first 403 since the last success
+	err   error     // the last 403
+}
+
+func (p *permissions) init(namespace string, gauge Gauge, poke func()) {
+	p.namespace, p.gauge, p.poke = namespace, gauge, poke
+	p.refused = make(map[request]refusal)
+	setGauge(gauge, 0)
+}
+
+// refused records that a request of the replica failed with err. Errors
+// other than 403 Forbidden are ignored. The first 403 of a kind of request
+// is logged at default verbosity, naming the verb, the resource, the
+// Leases' namespace and the server's message.
+func (r *Replica) refused(verb, resource string, err error) {
+	if !apierrors.IsForbidden(err) {
+		return
+	}
+	p := &r.perms
+	k := request{verb, resource}
+	p.mu.Lock()
+	cur, already := p.refused[k]
+	if !already {
+		cur.since = time.Now()
+	}
+	cur.err = err
+	p.refused[k] = cur
+	setGauge(p.gauge, 1)
+	p.mu.Unlock()
+	if !already {
+		klog.ErrorS(err, "sharding: the API server refuses a request the replica needs; grant it (RBAC) or the replica leaves the ring after LeaseDuration",
+			"verb", verb, "resource", resource, "namespace", p.namespace, "ring", r.cfg.Name, "identity", r.cfg.Identity)
+		if p.poke != nil {
+			p.poke()
+		}
+	}
+}
+
+// granted records that a request of the replica of that kind succeeded:
+// it is no longer refused.
+func (r *Replica) granted(verb, resource string) {
+	p := &r.perms
+	k := request{verb, resource}
+	p.mu.Lock()
+	_, was := p.refused[k]
+	delete(p.refused, k)
+	if was && len(p.refused) == 0 {
+		setGauge(p.gauge, 0)
+	}
+	p.mu.Unlock()
+	if was {
+		klog.InfoS("sharding: the API server grants a request it refused before", "verb", verb, "resource", resource,
+			"namespace", p.namespace, "ring", r.cfg.Name, "identity", r.cfg.Identity)
+	}
+}
+
+// leaseOutcome is leaseIO's report: a request on leases succeeded (or was
+// authorized: its error is one only an authorized request gets), or failed
+// with err.
+func (r *Replica) leaseOutcome(verb string, err error) {
+	if err == nil || authorized(err) {
+		r.granted(verb, "leases")
+		return
+	}
+	r.refused(verb, "leases", err)
+}
+
+// overdue returns when the first refused kind of request falls due (zero if
+// none is refused), and, once it is refused for at least d at now, the
+// error Run stops with.
+func (p *permissions) overdue(now time.Time, d time.Duration) (time.Time, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var due time.Time
+	var worst request
+	for _, k := range p.sortedLocked() {
+		at := p.refused[k].since.Add(d)
+		if due.IsZero() || at.Before(due) {
+			due, worst = at, k
+		}
+	}
+	if due.IsZero() || now.Before(due) {
+		return due, nil
+	}
+	return due, fmt.Errorf("sharding: forbidden for LeaseDuration (%v): %s: %w", d, p.describe(worst), p.refused[worst].err)
+}
+
+// describe names a kind of request as a sentence: cannot create leases in
+// namespace "demo".
+func (p *permissions) describe(k request) string {
+	if k.resource == "leases" {
+		return fmt.Sprintf("cannot %s leases in namespace %q", k.verb, p.namespace)
+	}
+	return fmt.Sprintf("cannot %s %s", k.verb, k.resource)
+}
+
+func (p *permissions) sortedLocked() []request {
+	ks := make([]request, 0, len(p.refused))
+	for k := range p.refused {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b request) int {
+		if c := strings.Compare(a.resource, b.resource); c != 0 {
+			return c
+		}
+		return strings.Compare(a.verb, b.verb)
+	})
+	return ks
+}
+
+// err returns an error naming every kind of request refused now, wrapping
+// the server's errors, or nil.
+func (p *permissions) err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.refused) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, k := range p.sortedLocked() {
+		errs = append(errs, fmt.Errorf("%s: %w", p.describe(k), p.refused[k].err))
+	}
+	return fmt.Errorf("sharding: forbidden: %w", errors.Join(errs...))
+}
+
+// Ready reports whether the replica is ready: nil once it has joined the
+// ring (a membership write was answered) while its session is alive and
+// no request it needs is refused; else an error that says why. Its shape
+// is controller-runtime's healthz.Checker:
+//
+//	mgr.AddReadyzCheck("sharding", r.Ready)
+//
+// A replica refused a request (403 Forbidden: a missing RBAC rule) is not
+// ready from the first refusal; Run returns once the same kind of request
+// has been refused for LeaseDuration.
+func (r *Replica) Ready(*http.Request) error {
+	if err := r.perms.err(); err != nil {
+		return err
+	}
+	joined, alive := r.runs.readiness()
+	switch {
+	case !joined:
+		return errors.New("sharding: not in the ring yet: no membership write answered")
+	case !alive:
+		return errors.New("sharding: session lapsed: no membership write answered within RenewDeadline, or the replica left")
+	}
+	return nil
+}

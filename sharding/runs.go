@@ -1,0 +1,439 @@
+package sharding
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// This file is the runs' ledger: which shards admit keys now, the runs in
+// flight, and the session they run in. Handler, Owns and the event
+// handler (replica.go) ask it whether a key may run; the loop (loop.go)
+// changes it as the ring decides (decide.go). Everything that admits,
+// cancels or drains a run happens here, under one lock, so that a run never
+// starts after the decision that stops it.
+//
+// Exclusion rests on three of its rules (README, "Why two replicas never
+// run one key at once"): a key runs only while the session is alive, less
+// than RenewDeadline after the last answered renewal was sent (admitsLocked;
+// lose cancels every run at the deadline); a draining shard admits nothing
+// and is reported for release only once its runs have all returned
+// (drainScan); and a lapsed session's replica joins again only once every
+// run of it has returned (status gives the count to membershipWrite).
+
+// The states of one shard, as this replica sees it.
+const (
+	shardFree     uint8 = iota // not ours
+	shardActive                // ours: keys admitted and run
+	shardDraining              // being given up: no key admitted, runs finishing
+)
+
+type shard struct {
+	state     uint8
+	cancelled bool      // draining: the runs were cancelled at graceEnd
+	inflight  int       // runs of this shard in flight
+	graceEnd  time.Time // draining: runs are cancelled from here on
+}
+
+type run struct {
+	shard  int
+	cancel context.CancelCauseFunc
+}
+
+// ledger is the runs' bookkeeping. Its zero value holds no shard; init
+// sizes it. All its methods are safe for concurrent use.
+type ledger struct {
+	mu sync.Mutex // protects the fields below
+	// alive is true while the session is continuous: a renewal sent less
+	// than RenewDeadline ago succeeded. Runs start only while it is true.
+	alive    bool
+	joined   bool      // a session has begun once
+	deadline time.Time // alive ends here unless a renewal succeeds
+	session  string    // the session the shard Leases name
+	state    []shard   // one per shard
+	flight   map[uint64]run
+	nextRun  uint64
+	inflight int            // runs in flight, all shards
+	gone     map[string]int // deleted objects' keys waiting for a run → shard
+	// leaving is set when Run's context ends: no shard is taken or kept.
+	leaving bool
+	// informers are the running sharded informers; filled[s] is true
+	// once every one of them has synced shard s (setFilled). A shard's
+	// keys are admitted only while it is active and filled.
+	informers []*informer
+	infGen    int // counts the changes of informers
+	filled    []bool
+}
+
+func (b *ledger) init(shards int) {
+	b.state = make([]shard, shards)
+	b.flight = make(map[uint64]run)
+	b.gone = make(map[string]int)
+	b.filled = make([]bool, shards)
+}
+
+// admitsLocked reports whether keys of shard s may start running at now:
+// held, synced in every running sharded informer, and alive. b.mu must be
+// held.
+func (b *ledger) admitsLocked(s int, now time.Time) bool {
+	return b.alive && now.Before(b.deadline) && b.state[s].state == shardActive && b.filled[s]
+}
+
+// activeLocked returns the shards whose keys are admitted: active and
+// filled. b.mu must be held.
+func (b *ledger) activeLocked() []int {
+	var out []int
+	if !b.alive {
+		return out
+	}
+	for i := range b.state {
+		if b.state[i].state == shardActive && b.filled[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// active returns the sorted shards whose keys are admitted now.
+func (b *ledger) active() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.activeLocked()
+}
+
+// owns reports whether key, of shard s if found, would run at now; a key
+// not found is looked up among the deleted ones.
+func (b *ledger) owns(key string, s int, found bool, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !found {
+		s, found = b.gone[key]
+	}
+	return found && b.admitsLocked(s, now)
+}
+
+// event reports whether an informer event for key, of shard s, is admitted
+// at now, and remembers the shard of a deleted key (for Handler and Owns).
+func (b *ledger) event(key string, s int, deleted bool, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ok := b.admitsLocked(s, now)
+	if ok && deleted {
+		b.gone[key] = s
+	}
+	return ok
+}
+
+// begin starts a run of key (of shard s if found) at now, if it is
+// admitted: it returns the run's id, its shard, and its context, which
+// lose, adopt and drainScan cancel, with its cancel function (for the
+// caller, once the run has returned and end has recorded it).
+func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now time.Time) (uint64, int, context.Context, context.CancelCauseFunc, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !found {
+		if s, found = b.gone[key]; !found {
+			return 0, 0, nil, nil, false
+		}
+	}
+	if !b.admitsLocked(s, now) {
+		return 0, 0, nil, nil, false
+	}
+	id := b.nextRun
+	b.nextRun++
+	rctx, cancel := context.WithCancelCause(ctx)
+	b.flight[id] = run{shard: s, cancel: cancel}
+	b.state[s].inflight++
+	b.inflight++
+	return id, s, rctx, cancel, true
+}
+
+// end records the end of run id of shard s. A deleted key (not found at
+// begin) whose run succeeded is forgotten. It reports whether the loop
+// waits for this: the shard's last run while it drains, or the last run
+// while the session is over or the replica leaving.
+func (b *ledger) end(id uint64, s int, key string, found bool, err error) (poke bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.flight, id)
+	b.state[s].inflight--
+	b.inflight--
+	if !found && err == nil {
+		delete(b.gone, key)
+	}
+	return (b.state[s].state == shardDraining && b.state[s].inflight == 0) ||
+		(b.inflight == 0 && (!b.alive || b.leaving))
+}
+
+// cancelShardLocked cancels the runs of shard i. b.mu must be held.
+func (b *ledger) cancelShardLocked(i int, cause error) {
+	for _, r := range b.flight {
+		if r.shard == i {
+			r.cancel(cause)
+		}
+	}
+}
+
+// lose ends the session: no key of any shard is admitted any more and
+// every run in flight is cancelled (ErrLeaseLost). Unless force, only once
+// its deadline has passed at now. It reports whether it ended the session.
+func (b *ledger) lose(force bool, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.alive || (!force && now.Before(b.deadline)) {
+		return false
+	}
+	b.freeAllLocked()
+	clear(b.gone)
+	return true
+}
+
+// abandon stops everything without writing, as a crash would.
+func (b *ledger) abandon() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.freeAllLocked()
+}
+
+func (b *ledger) freeAllLocked() {
+	b.alive = false
+	for i := range b.state {
+		b.state[i].state = shardFree
+	}
+	for _, r := range b.flight {
+		r.cancel(ErrLeaseLost)
+	}
+}
+
+// status returns what the loop's decisions need of the session: whether it
+// is alive, its token, the runs in flight, and whether the replica leaves.
+func (b *ledger) status() (alive bool, session string, inflight int, leaving bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.alive, b.session, b.inflight, b.leaving
+}
+
+// readiness returns whether a session has begun once, and whether one is
+// alive now.
+func (b *ledger) readiness() (joined, alive bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.joined, b.alive
+}
+
+// answered applies the success of a membership write, sent at sent in
+// session (a join if wasAlive is false), whose answer arrived at now, as
+// acceptAnswer (decide.go) decides; deadline is the session's deadline it
+// sets.
+func (b *ledger) answered(sent, now time.Time, renewDeadline time.Duration, wasAlive bool, session string) answer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a := acceptAnswer(sent, now, renewDeadline, wasAlive, session, b.alive, b.session, b.deadline)
+	switch a {
+	case answerJoined:
+		b.alive, b.joined, b.session = true, true, session
+	case answerIgnored:
+		return a
+	}
+	b.deadline = sent.Add(renewDeadline)
+	return a
+}
+
+// leave marks the replica leaving and returns the shards it holds active,
+// for the caller to drain.
+func (b *ledger) leave() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.leaving = true
+	var out []int
+	for i := range b.state {
+		if b.state[i].state == shardActive {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// drain starts giving up the given active shards: no key of theirs is
+// admitted from now on, and their runs are cancelled at end (drainScan).
+func (b *ledger) drain(shards []int, end time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, i := range shards {
+		if b.state[i].state == shardActive {
+			b.state[i] = shard{state: shardDraining, inflight: b.state[i].inflight, graceEnd: end}
+		}
+	}
+}
+
+// busy reports whether a shard is held or a run is in flight.
+func (b *ledger) busy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inflight > 0 {
+		return true
+	}
+	for i := range b.state {
+		if b.state[i].state != shardFree {
+			return true
+		}
+	}
+	return false
+}
+
+// states returns the active and the draining shards.
+func (b *ledger) states() (active, draining []int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.state {
+		switch b.state[i].state {
+		case shardActive:
+			active = append(active, i)
+		case shardDraining:
+			draining = append(draining, i)
+		}
+	}
+	return active, draining
+}
+
+// held returns the shards held, active or draining.
+func (b *ledger) held() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []int
+	for i := range b.state {
+		if b.state[i].state != shardFree {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// adopt brings the shard states in line with v, as sessionOver and
+// adoptShard (decide.go) decide, at now; unknown is the loop's
+// tried.unknown, whose entries it clears for the shards it takes. It
+// returns false if v shows the session is over: the caller ends it.
+func (b *ledger) adopt(v *view, self string, unknown []string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if sessionOver(v, self, b.alive, b.session) {
+		return false
+	}
+	for i := range v.shards {
+		st := &b.state[i]
+		switch adoptShard(v.shards[i], self, b.alive, b.session, st.state, unknown[i], b.leaving) {
+		case adoptFree:
+			st.state = shardFree
+			b.cancelShardLocked(i, ErrLeaseLost)
+		case adoptActive:
+			st.state = shardActive
+			unknown[i] = ""
+		case adoptDraining:
+			*st = shard{state: shardDraining, inflight: st.inflight, graceEnd: now}
+			unknown[i] = ""
+		}
+	}
+	return true
+}
+
+// acquired records that shard i's acquisition in session was answered: it
+// is held, unless the session ended or the replica started leaving since.
+func (b *ledger) acquired(i int, session string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.alive && b.session == session && !b.leaving && b.state[i].state == shardFree {
+		b.state[i] = shard{state: shardActive, inflight: b.state[i].inflight}
+	}
+}
+
+// drainScan applies drainStep (decide.go) to every shard at now: it
+// cancels the runs of the draining shards whose grace period is over, and
+// returns those to release (no run left), the session they were held in,
+// and the earliest grace end still ahead (zero if none).
+func (b *ledger) drainScan(now time.Time) (release []int, session string, wakeAt time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.state {
+		s := &b.state[i]
+		switch drainStep(*s, now) {
+		case drainRelease:
+			release = append(release, i)
+		case drainCancel:
+			s.cancelled = true
+			b.cancelShardLocked(i, ErrGraceOver)
+		case drainWait:
+			if wakeAt.IsZero() || s.graceEnd.Before(wakeAt) {
+				wakeAt = s.graceEnd
+			}
+		}
+	}
+	return release, b.session, wakeAt
+}
+
+// released records that shard i's release was answered.
+func (b *ledger) released(i int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state[i].state == shardDraining {
+		b.state[i].state = shardFree
+	}
+}
+
+// addInformer registers a sharded informer that starts running: until it
+// has synced a shard, the shard's keys are not admitted.
+func (b *ledger) addInformer(inf *informer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.informers = append(b.informers, inf)
+	b.infGen++
+	clear(b.filled)
+}
+
+// removeInformer unregisters a sharded informer that stopped.
+func (b *ledger) removeInformer(inf *informer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.informers = slices.DeleteFunc(b.informers, func(i *informer) bool { return i == inf })
+	b.infGen++
+}
+
+// running returns the running sharded informers and their generation.
+func (b *ledger) running() ([]*informer, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.informers), b.infGen
+}
+
+// setFilled installs which shards every running sharded informer has
+// synced, computed for generation gen: an informer that started since
+// cleared filled, and is counted at the next call.
+func (b *ledger) setFilled(filled []bool, gen int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.infGen == gen {
+		copy(b.filled, filled)
+	}
+}
+
+// dropGone forgets the deleted keys of the given shards that are no longer
+// active, and returns them (for the queue's Remove).
+func (b *ledger) dropGone(lost []int) []string {
+	if len(lost) == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	in := make([]bool, len(b.state))
+	for _, i := range lost {
+		in[i] = true
+	}
+	var out []string
+	for k, s := range b.gone {
+		if in[s] && b.state[s].state != shardActive {
+			out = append(out, k)
+			delete(b.gone, k)
+		}
+	}
+	return out
+}

@@ -1,0 +1,94 @@
+package sharding
+
+import (
+	"slices"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// This file keeps the queue and the sharded informers in line with the
+// shards the runs' ledger (runs.go) holds and admits. It is called by the
+// loop (loop.go) only.
+
+// sync brings the queue and the sharded informers in line with the
+// shards held, in three steps:
+//
+//  1. The keys of the shards no longer admitted (given up, lost) leave
+//     the queue, while their objects are still in the informers (a
+//     draining shard keeps its objects until it is released).
+//  2. Every running sharded informer follows the held shards (active or
+//     draining): it drops the objects of the released ones, without
+//     events, and starts filling the gained ones.
+//  3. A held shard is filled once every running sharded informer has
+//     synced it; a shard that becomes admitted (active and filled) has
+//     all its objects enqueued, since their events went to another
+//     replica, or came before the shard was admitted.
+//
+// It then tells OnChange.
+func (r *Replica) sync() {
+	r.admitted()
+	held := r.runs.held()
+	infs, gen := r.runs.running()
+	// Nothing is filled until the primary informer runs: before that
+	// (controller-runtime has not started it yet), the cache lacks every
+	// shard.
+	filled := make([]bool, r.shards)
+	if slices.Contains(infs, r.primaryInformer()) {
+		for _, s := range held {
+			filled[s] = true
+		}
+	}
+	for _, inf := range infs {
+		inf.setShards(held)
+		for _, s := range held {
+			filled[s] = filled[s] && inf.hasSynced(s)
+		}
+	}
+	r.runs.setFilled(filled, gen)
+	r.admitted()
+}
+
+// admitted compares the admitted shards with those of the last call: it
+// removes the queued keys of the shards no longer admitted and enqueues
+// every object of the newly admitted ones from the primary informer, then
+// tells OnChange and the Shards gauge.
+func (r *Replica) admitted() {
+	now := r.Shards()
+	gained, lost := diff(r.prev, now), diff(now, r.prev)
+	r.prev = now
+	if len(gained)+len(lost) == 0 {
+		return
+	}
+	gone := r.runs.dropGone(lost)
+	if inf := r.primaryInformer(); inf != nil {
+		each := func(shards []int, do func(key string)) {
+			for _, s := range shards {
+				for _, obj := range inf.byShard(s) {
+					if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+						do(key)
+					}
+				}
+			}
+		}
+		each(lost, func(key string) { r.cfg.Queue.Remove(key) })
+		each(gained, r.cfg.Queue.Add)
+	}
+	for _, k := range gone {
+		r.cfg.Queue.Remove(k)
+	}
+	setGauge(r.cfg.Metrics.Shards, float64(len(now)))
+	if r.cfg.OnChange != nil {
+		r.cfg.OnChange(slices.Clone(now))
+	}
+}
+
+// diff returns the elements of b not in a; both are sorted.
+func diff(a, b []int) []int {
+	var out []int
+	for _, x := range b {
+		if _, found := slices.BinarySearch(a, x); !found {
+			out = append(out, x)
+		}
+	}
+	return out
+}
