@@ -68,6 +68,10 @@ const (
 	// then the replica leaves (at most GracePeriod + RenewDeadline), plus
 	// room for a loaded machine.
 	rbacFailBound = 3*rbacLeaseDuration + rbacGracePeriod + rbacRenewDeadline + 3*time.Second
+	// rbacSettle is how long replicas with the verbs they need may take to
+	// hold every shard: on a 2-core machine shared with other builds, the
+	// server's Lease writes took up to seconds (and some timed out).
+	rbacSettle = time.Minute
 )
 
 // TestRBAC is issue #32's proof that the example's least-privilege RBAC
@@ -159,6 +163,12 @@ func TestRBAC(t *testing.T) {
 							ap.apply(t, o, false)
 						}
 						cfg := saConfig(t, admin, ns, name)
+						if c.works() {
+							// See works: the replica must then do
+							// everything it does with the full Role.
+							checkWorks(t, admin, cfg, ns, name, mode, 1)
+							return
+						}
 						checkFails(t, cfg, ns, name, c, logs)
 					})
 				}
@@ -173,6 +183,18 @@ var rbacRuns atomic.Int32
 // rbacVerb is one verb of one rule of the Role.
 type rbacVerb struct {
 	group, resource, verb string
+}
+
+// works says whether a replica without the verb still works against this
+// server. Only list on leases: client-go's Reflector reads the ring by a
+// streaming watch list (a WATCH with sendInitialEvents, client-go's
+// WatchListClient, on by default) where the server supports it, as
+// kube-apiserver 1.37 does, and needs no LIST then. The Role keeps list:
+// the Reflector falls back to a LIST where the server does not stream
+// (an older server, or the WatchList gate off), and so does a client-go
+// with WatchListClient off.
+func (c rbacVerb) works() bool {
+	return c.resource == "leases" && c.verb == "list"
 }
 
 // scenario says what a replica must do to need the verb.
@@ -578,7 +600,7 @@ func checkWorks(t *testing.T, admin kubernetes.Interface, cfg *rest.Config, ns, 
 	for i := range n {
 		reps = append(reps, startRBACReplica(t, cfg, ns, ring, fmt.Sprintf("%s-%d", ring, i), false))
 	}
-	deadline := time.Now().Add(rbacFailBound)
+	deadline := time.Now().Add(rbacSettle)
 	byShard := map[int][]string{} // shard → keys of its Deployments on the server
 	list, err := admin.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
 	require.NoError(t, err)
@@ -668,7 +690,7 @@ func checkFails(t *testing.T, cfg *rest.Config, ns, name string, c rbacVerb, log
 		// A run that leaves its membership Lease behind (a crash), then
 		// the same identity again, as a restarted container.
 		first := startRBACReplica(t, cfg, ns, name, name+"-0", true)
-		waitFor(t, "the first run joined", time.Now().Add(rbacFailBound), func() string {
+		waitFor(t, "the first run joined", time.Now().Add(rbacSettle), func() string {
 			if first.isDone() {
 				return fmt.Sprintf("stopped: %v", first.err)
 			}
@@ -685,7 +707,7 @@ func checkFails(t *testing.T, cfg *rest.Config, ns, name string, c rbacVerb, log
 		// must fence it to take its shards.
 		rep = startRBACReplica(t, cfg, ns, name, name+"-0", false)
 		victim := startRBACReplica(t, cfg, ns, name, name+"-1", true)
-		waitFor(t, "two replicas sharing the shards", time.Now().Add(rbacFailBound), func() string {
+		waitFor(t, "two replicas sharing the shards", time.Now().Add(rbacSettle), func() string {
 			a, b := len(rep.r.Shards()), len(victim.r.Shards())
 			if rep.isDone() || victim.isDone() {
 				return fmt.Sprintf("stopped: %v / %v", rep.err, victim.err)
@@ -866,7 +888,7 @@ func checkControllerRuntime(t *testing.T, admin kubernetes.Interface, cfg *rest.
 	cm, err := admin.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{})
 	require.NoError(t, err)
 	want := configmaps.Digest(cm.Data)
-	waitFor(t, "the ConfigMap stamped", time.Now().Add(rbacFailBound), func() string {
+	waitFor(t, "the ConfigMap stamped", time.Now().Add(rbacSettle), func() string {
 		got, err := admin.CoreV1().ConfigMaps(ns).Get(t.Context(), cm.Name, metav1.GetOptions{})
 		if err != nil {
 			return err.Error()
