@@ -71,7 +71,7 @@ const (
 	// rbacSettle is how long replicas with the verbs they need may take to
 	// hold every shard: on a 2-core machine shared with other builds, the
 	// server's Lease writes took up to seconds (and some timed out).
-	rbacSettle = time.Minute
+	rbacSettle = 90 * time.Second
 )
 
 // TestRBAC is issue #32's proof that the example's least-privilege RBAC

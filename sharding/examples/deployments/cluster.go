@@ -133,7 +133,7 @@ func (g *gauge) value() float64 { return math.Float64frombits(g.bits.Load()) }
 
 func newGauges() *gauges {
 	g := &gauges{values: map[string]*gauge{}}
-	for _, name := range []string{"sharding_shards", "sharding_objects", "sharding_server_filtering"} {
+	for _, name := range []string{"sharding_shards", "sharding_objects", "sharding_server_filtering", "sharding_forbidden"} {
 		g.names = append(g.names, name)
 		g.values[name] = &gauge{}
 	}
@@ -145,11 +145,13 @@ func (g *gauges) metrics() sharding.Metrics {
 		Shards:          g.values["sharding_shards"],
 		Objects:         g.values["sharding_objects"],
 		ServerFiltering: g.values["sharding_server_filtering"],
+		Forbidden:       g.values["sharding_forbidden"],
 	}
 }
 
-// handler serves /metrics and /readyz. /readyz is Replica.Ready where the
-// sharding module has it (issue #32), and otherwise always ready.
+// handler serves /metrics and /readyz (Replica.Ready: not ready before the
+// replica has joined, after its session lapsed, and while the API server
+// refuses it a request it needs).
 func (g *gauges) handler(r *sharding.Replica) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
@@ -159,11 +161,9 @@ func (g *gauges) handler(r *sharding.Replica) http.Handler {
 		}
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
-		if rd, ok := any(r).(interface{ Ready(*http.Request) error }); ok {
-			if err := rd.Ready(req); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
+		if err := r.Ready(req); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
