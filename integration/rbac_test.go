@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -93,8 +91,8 @@ const (
 //     replica, the ring's and the cache's list and watch). The replica
 //     must stop within rbacFailBound with an error that is Forbidden and
 //     names the verb and resource, after logging it at default verbosity,
-//     setting Metrics.Forbidden and failing Ready (when the sharding
-//     module has them): never run on, looking healthy.
+//     setting Metrics.Forbidden and failing Ready: never run on, looking
+//     healthy. (list on leases is the exception: see rbacVerb.works.)
 //
 // The verb cases of one gate mode run in parallel, each with its own
 // ServiceAccount and ring in the manifests' namespace.
@@ -185,14 +183,15 @@ type rbacVerb struct {
 	group, resource, verb string
 }
 
-// works says whether a replica without the verb still works against this
-// server. Only list on leases: client-go's Reflector reads the ring by a
+// works says whether a replica without the verb is expected to keep
+// working. Only list on leases: client-go's Reflector reads the ring by a
 // streaming watch list (a WATCH with sendInitialEvents, client-go's
 // WatchListClient, on by default) where the server supports it, as
-// kube-apiserver 1.37 does, and needs no LIST then. The Role keeps list:
-// the Reflector falls back to a LIST where the server does not stream
-// (an older server, or the WatchList gate off), and so does a client-go
-// with WatchListClient off.
+// kube-apiserver 1.37 does, and sends no LIST then. KNOWN FLAKE: when a
+// watch list fails (seen under heavy load) the Reflector falls back to a
+// LIST, and the replica then stops, as it must, with "cannot list leases",
+// which this case reports as a failure. The Role keeps list for that
+// fallback and for servers that do not stream.
 func (c rbacVerb) works() bool {
 	return c.resource == "leases" && c.verb == "list"
 }
@@ -449,7 +448,7 @@ func deploymentObject(ns, name string) *appsv1.Deployment {
 type rbacReplica struct {
 	id        string
 	r         *sharding.Replica
-	forbidden *recordingGauge // Metrics.Forbidden, where the module has it
+	forbidden *recordingGauge // Metrics.Forbidden
 	cancel    context.CancelFunc
 	done      chan struct{} // closed when Run and the workers have returned
 	started   time.Time
@@ -461,23 +460,12 @@ type rbacReplica struct {
 	ready   []string          // distinct errors of Ready, in order
 }
 
-// hasMetricsForbidden and hasReady say whether the sharding module under
-// test has issue #32's Metrics.Forbidden and Replica.Ready (SEAMS.md §2 of
-// the branch that adds them). The test checks them where they exist.
-var (
-	hasMetricsForbidden = reflect.ValueOf(sharding.Metrics{}).FieldByName("Forbidden").IsValid()
-	_, hasReady         = any(&sharding.Replica{}).(interface{ Ready(*http.Request) error })
-)
-
 func startRBACReplica(t *testing.T, cfg *rest.Config, ns, ring, id string, skipRelease bool) *rbacReplica {
 	t.Helper()
 	client, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	rep := &rbacReplica{id: id, forbidden: &recordingGauge{}, done: make(chan struct{}), handled: map[string]string{}}
-	metrics := sharding.Metrics{}
-	if hasMetricsForbidden {
-		reflect.ValueOf(&metrics).Elem().FieldByName("Forbidden").Set(reflect.ValueOf(rep.forbidden))
-	}
+	metrics := sharding.Metrics{Forbidden: rep.forbidden}
 	q := workqueue.NewRateLimitingQueue(workqueue.NewItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second))
 	r, err := sharding.New(sharding.Config{
 		Client:    client,
@@ -519,9 +507,7 @@ func startRBACReplica(t *testing.T, cfg *rest.Config, ns, ring, id string, skipR
 		cancel() // as examples/deployments does: a replica whose Run failed stops
 	})
 	wg.Go(func() { _ = workqueue.Run(ctx, q, 2, r.Handler(handle)) })
-	if hasReady {
-		wg.Go(func() { rep.pollReady(ctx) })
-	}
+	wg.Go(func() { rep.pollReady(ctx) })
 	go func() {
 		wg.Wait()
 		close(rep.done)
@@ -532,11 +518,10 @@ func startRBACReplica(t *testing.T, cfg *rest.Config, ns, ring, id string, skipR
 
 // pollReady records every distinct error of Ready until ctx ends.
 func (rep *rbacReplica) pollReady(ctx context.Context) {
-	rd := any(rep.r).(interface{ Ready(*http.Request) error })
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if err := rd.Ready(nil); err != nil {
+		if err := rep.r.Ready(nil); err != nil {
 			rep.mu.Lock()
 			if !slices.Contains(rep.ready, err.Error()) && len(rep.ready) < 50 {
 				rep.ready = append(rep.ready, err.Error())
@@ -556,12 +541,9 @@ func (rep *rbacReplica) stop() {
 	<-rep.done
 }
 
-// ready returns Ready's answer now ("" if nil or if the module has none).
+// readyNow returns Ready's answer now ("" if nil).
 func (rep *rbacReplica) readyNow() string {
-	if !hasReady {
-		return "(no Ready)"
-	}
-	if err := any(rep.r).(interface{ Ready(*http.Request) error }).Ready(nil); err != nil {
+	if err := rep.r.Ready(nil); err != nil {
 		return err.Error()
 	}
 	return ""
@@ -660,10 +642,10 @@ func checkWorks(t *testing.T, admin kubernetes.Interface, cfg *rest.Config, ns, 
 		return "no replica owns " + key
 	})
 	for _, rep := range reps {
-		if got := rep.readyNow(); got != "" && hasReady {
+		if got := rep.readyNow(); got != "" {
 			t.Errorf("%s: Ready: %s", rep.id, got)
 		}
-		if hasMetricsForbidden && rep.forbidden.maxValue() != 0 {
+		if rep.forbidden.maxValue() != 0 {
 			t.Errorf("%s: Metrics.Forbidden was %v", rep.id, rep.forbidden.maxValue())
 		}
 	}
@@ -757,10 +739,10 @@ func checkFails(t *testing.T, cfg *rest.Config, ns, name string, c rbacVerb, log
 	if logged == "" {
 		t.Errorf("without %s on %s: no log line at default verbosity names %s, %q and %s", c.verb, c.resource, user, refusal, c.resource)
 	}
-	if hasMetricsForbidden && rep.forbidden.maxValue() != 1 {
+	if rep.forbidden.maxValue() != 1 {
 		t.Errorf("without %s on %s: Metrics.Forbidden never 1", c.verb, c.resource)
 	}
-	if hasReady && !readyNamed {
+	if !readyNamed {
 		t.Errorf("without %s on %s: Ready never named them: %q", c.verb, c.resource, readyErrs)
 	}
 }
