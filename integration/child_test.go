@@ -83,7 +83,7 @@ func runChild(specJSON string) int {
 		fmt.Fprintf(os.Stderr, "integration: child: %v\n", err)
 		return 2
 	}
-	quietKlog()
+	quietKlog(io.Discard)
 	baseline := liveHeap()
 	client, err := kubernetes.NewForConfig(childConfig(spec))
 	if err != nil {

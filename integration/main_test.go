@@ -65,8 +65,10 @@ type withServer struct {
 // could not start or stop cleanly.
 func (w withServer) Run() int {
 	flag.Parse()
-	if !*serverLogs {
-		quietKlog()
+	if *serverLogs {
+		quietKlog(io.MultiWriter(os.Stderr, klogLines))
+	} else {
+		quietKlog(klogLines) // kept only while TestRBAC captures
 	}
 	s, err := startTestServer()
 	if err != nil {
@@ -106,10 +108,10 @@ func waitForServerTimers(before goleak.Option) {
 	}
 }
 
-// quietKlog sends klog's output nowhere. Not logging to stderr is not
+// quietKlog sends klog's output to w only. Not logging to stderr is not
 // enough: klog still copies errors there unless the threshold says
 // otherwise, and the API server logs a few harmless errors at start.
-func quietKlog() {
+func quietKlog(w io.Writer) {
 	fs := flag.NewFlagSet("klog", flag.PanicOnError)
 	klog.InitFlags(fs)
 	for name, value := range map[string]string{
@@ -123,7 +125,7 @@ func quietKlog() {
 			panic(fmt.Sprintf("integration: klog flag %s: %v", name, err))
 		}
 	}
-	klog.SetOutput(io.Discard)
+	klog.SetOutput(w)
 }
 
 // testServer is an etcd embedded in the test process, listening on
@@ -180,6 +182,12 @@ func startTestServer() (_ *testServer, err error) {
 			// These tests need no admission or flow control, and
 			// both cost CPU on small machines.
 			"--enable-priority-and-fairness=false",
+			// RBAC, as a cluster enforces it: TestRBAC runs replicas
+			// as a ServiceAccount bound to the examples' Roles. The
+			// tests' own client is the loopback one (system:masters),
+			// which RBAC allows everything. The ServiceAccount
+			// tokens' issuer and key are the test server's own.
+			"--authorization-mode=RBAC",
 			// KEP-5866's shard selectors, alpha and off by default
 			// in v1.37: the sharded cache lists and watches its
 			// shards' ranges only where the server honours them.

@@ -5,13 +5,30 @@
 // every Deployment converged. Each replica caches only its shards'
 // Deployments: fakeshards answers KEP-5866's shard selector in front of
 // the fake clientset as kube-apiserver does with the ShardedListAndWatch
-// gate on (run with -client-filter to see the fallback of a server
-// without it).
+// gate on.
 //
 //	cd sharding && go run ./examples/deployments
+//	cd sharding && go run ./examples/deployments -client-filter
+//
+// -client-filter makes the fake server ignore the shard selector, as a
+// kube-apiserver without the gate (before 1.36, or with the alpha gate
+// off) does: each replica then lists and watches every Deployment and
+// keeps its shards' on the client, and the story prints "filtered by the
+// client" where it printed "server". The outcome is the same; what
+// differs is what crosses the wire.
 //
 // The Lease timings are short (LeaseDuration 1s) so that the story takes
 // a few seconds; a real controller keeps the leader-election defaults.
+//
+// With -cluster it runs instead one replica against a real cluster, with
+// the default timings: it caches the Deployments of -namespace whose
+// shards it holds and logs each one it "reconciles" (it writes nothing),
+// and serves /metrics and /readyz on -listen. deploy/ holds the manifests
+// of three such replicas and their least-privilege RBAC (see "Deploy" in
+// sharding/README.md). There the API server decides who filters:
+// -client-filter does not apply, and the replica logs which it found.
+//
+//	go run ./examples/deployments -cluster -namespace demo -identity r0 -listen 127.0.0.1:8080
 package main
 
 import (
@@ -20,9 +37,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
@@ -37,6 +56,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 const (
@@ -59,8 +79,29 @@ var timing = sharding.Config{
 }
 
 func main() {
-	clientFilter := flag.Bool("client-filter", false, "serve the shard selector as a server without the ShardedListAndWatch gate: ignore it")
+	clientFilter := flag.Bool("client-filter", false, "serve the shard selector as a server without the ShardedListAndWatch gate: ignore it (not with -cluster)")
+	cluster := flag.Bool("cluster", false, "run one replica against the cluster ($KUBECONFIG, ~/.kube/config or in-cluster) instead of the story")
+	var o clusterOptions
+	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "default"), "with -cluster: namespace of the ring's Leases and of the Deployments")
+	flag.StringVar(&o.identity, "identity", os.Getenv("POD_NAME"), "with -cluster: this replica's name in the ring, unique among live replicas (default $POD_NAME)")
+	flag.StringVar(&o.ring, "ring", "deployments", "with -cluster: the ring's name, the same on every replica")
+	flag.IntVar(&o.shards, "shards", shards, "with -cluster: shards of the ring (a power of two, the same on every replica)")
+	flag.StringVar(&o.listen, "listen", "", "with -cluster: address to serve /metrics and /readyz on (empty: none)")
+	klog.InitFlags(nil)
 	flag.Parse()
+	if *cluster {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if o.identity == "" {
+			o.identity, _ = os.Hostname()
+		}
+		if err := runCluster(ctx, o); err != nil {
+			klog.ErrorS(err, "deployments: the replica stopped")
+			klog.Flush()
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := Story(ctx, os.Stdout, !*clientFilter)
@@ -351,4 +392,11 @@ func waitFor(ctx context.Context, cond func() bool) error {
 		}
 	}
 	return nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
