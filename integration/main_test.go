@@ -48,6 +48,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec)) // a replica of the heap measurement: no server, no tests
 	}
+	if spec := os.Getenv(scaleChildEnv); spec != "" {
+		os.Exit(runScaleChild(spec)) // a replica of TestScaleShardedCache (scalechild_test.go)
+	}
 	_ = healthz.LogHealthz.Check(nil)
 	before := goleak.IgnoreCurrent()
 	goleak.VerifyTestMain(withServer{m, before}, before)

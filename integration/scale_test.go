@@ -1,0 +1,515 @@
+package integration
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes"
+)
+
+// scaleObjects is the data set of TestScaleShardedCache: issue #31 asks
+// for 100,000 ConfigMaps of about 1 KiB.
+var scaleObjects = flag.Int("scale.objects", 100_000, "ConfigMaps in the data set of TestScaleShardedCache")
+
+const (
+	// scaleReplicas replicas share the ring's proofShards (64) shards, by
+	// namespace, over the data set of dataset_test.go (two namespaces per
+	// shard, so every shard holds the same number of objects).
+	scaleReplicas = 16
+	// scaleKilled is the replica killed in the second phase (SkipRelease),
+	// scaleReader the one whose reads are timed (never killed).
+	scaleKilled = "r1"
+	scaleReader = "r0"
+	// scaleSettleTimeout bounds each phase.
+	scaleSettleTimeout = 15 * time.Minute
+	// scalePoll is how often the parent asks every replica for its
+	// status while it waits for the ring to settle.
+	scalePoll = 250 * time.Millisecond
+)
+
+// TestScaleShardedCache (issue #31) measures the sharded cache at scale on
+// the real API server of this binary: 100,000 ConfigMaps of about 1 KiB,
+// 16 replicas, 64 shards by namespace, the default timing (LeaseDuration
+// 15 s, RenewDeadline 10 s, RetryPeriod 2 s, GracePeriod 3 s), with the
+// ShardedListAndWatch gate on (filter=server) and off (filter=client).
+// Each replica is a process of its own (scalechild_test.go), so that its
+// heap is its own and this process's heap is the API server's and etcd's.
+//
+// Three phases: the 16 replicas start together; one is killed (its Run
+// skips the release, as a crash: the others wait out its Lease); a new
+// one joins. Each phase ends when the ring has settled: every shard
+// admitted (Replica.Shards) by exactly one live replica, none above its
+// fair share ⌈S/N⌉, every replica in the mode's Filtering, and every
+// replica's cache exactly the objects of its admitted shards (as many of
+// each shard as the data set holds, nothing else).
+//
+// For each phase the FIGURES table gives: the time to settle, from the
+// moment of the change (the start of every Run, the close of the killed
+// replica's stdin, the start of the newcomer's Run) to the first poll
+// (every 250 ms) that found the ring settled; this process's heap (see
+// apiHeap); the bytes each replica received from the change to the
+// settle, min/median/max over the live replicas, on the wire (TLS, after
+// the server's gzip) and decoded; each replica's live heap after two
+// collections at the settle minus its baseline (as
+// TestShardedCacheProofHeap), and the largest live heap a collection found
+// in it during the phase; and, during the kill and the join, the longest
+// read (Informer().GetIndexer().GetByKey) by r0 of an object of a shard it
+// held before and after the phase.
+//
+// It takes tens of minutes and gigabytes, so it runs only with
+// SHARDING_SCALE=1, and should run without -race for figures that mean
+// anything:
+//
+//	SHARDING_SCALE=1 go test -race=false -run TestScaleShardedCache -timeout 60m -v ./...
+//
+// The data set is written to etcd directly (dataset_test.go, putInEtcd);
+// -proof.loadapi creates it through the API server instead, which at
+// 100,000 objects takes far longer.
+func TestScaleShardedCache(t *testing.T) {
+	if os.Getenv("SHARDING_SCALE") == "" {
+		t.Skip("set SHARDING_SCALE=1 (and -race=false -timeout 60m) to measure 16 replicas over 100,000 ConfigMaps")
+	}
+	admin, err := kubernetes.NewForConfig(server.restConfig())
+	require.NoError(t, err)
+	t.Logf("FIGURES loadavg before the load: %s", loadavg())
+	d, err := newDataset(*scaleObjects)
+	require.NoError(t, err, "loading the data set")
+	perShard := d.perShard()
+	t.Logf("FIGURES loaded %d ConfigMaps of %d B of data in %d namespaces (%d shards by namespace, %d-%d objects each) in %v; loadavg %s",
+		d.objects, proofPadding+2, len(d.namespaces), proofShards, slices.Min(perShard), slices.Max(perShard), d.load.Round(time.Millisecond), loadavg())
+
+	heap := startAPIHeap()
+	defer heap.close()
+	for _, mode := range []string{"server", "client"} {
+		t.Run("filter="+mode, func(t *testing.T) {
+			if mode == "client" {
+				withoutShardedListAndWatch(t)
+			}
+			g := &scaleRing{t: t, d: d, mode: mode, perShard: perShard, heap: heap, ns: createNamespace(t, admin, "scale-"+mode), children: map[string]*scaleChild{}}
+			t.Cleanup(g.stopAll)
+			began := time.Now()
+			var ids []string
+			for i := range scaleReplicas {
+				ids = append(ids, fmt.Sprintf("r%d", i))
+			}
+			g.start(ids...)
+			g.phase("16 replicas start together", func() { g.each(ids, "run") })
+			g.phase("r1 killed (no release)", func() { g.kill(scaleKilled) })
+			newcomer := fmt.Sprintf("r%d", scaleReplicas)
+			g.start(newcomer)
+			g.phase("r16 joins", func() { g.each([]string{newcomer}, "run") })
+			g.logTable(time.Since(began))
+		})
+	}
+}
+
+// scaleRing is the ring of one mode of TestScaleShardedCache.
+type scaleRing struct {
+	t        *testing.T
+	d        *dataset
+	mode     string
+	perShard []int
+	heap     *apiHeap
+	ns       string
+	children map[string]*scaleChild // the live ones
+	rows     []scaleRow
+}
+
+// scaleRow is one phase's figures.
+type scaleRow struct {
+	phase                 string
+	settled               time.Duration
+	apiBase, apiLivePeak  uint64
+	apiInUsePeak, apiLive uint64
+	wire, body            [3]int64 // min, median, max over the live replicas
+	heap, peak            [3]uint64
+	read                  scaleReport // the reader's
+	loadBefore, loadAfter string
+	perReplica            []string
+}
+
+// start starts children (replicas not yet running) and waits until each
+// has built its replica.
+func (g *scaleRing) start(ids ...string) {
+	t := g.t
+	t.Helper()
+	cfg := server.restConfig()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		spec := scaleSpec{
+			Host: cfg.Host, Token: cfg.BearerToken, CA: cfg.CAData, ServerName: cfg.ServerName,
+			LabelSelector: g.d.selector(), Namespace: g.ns, Ring: "scale", Identity: id, Shards: proofShards,
+			SkipRelease: id == scaleKilled, Reader: id == scaleReader,
+		}
+		c, err := startScaleChild(spec)
+		require.NoError(t, err)
+		g.children[id] = c
+		wg.Go(func() { _, errs[i] = c.read() }) // "ready"
+	}
+	g.wait(&wg, 2*time.Minute, "children to start")
+	for i, err := range errs {
+		require.NoError(t, err, "%s: %s", ids[i], g.children[ids[i]].stderr.String())
+	}
+}
+
+// wait waits for wg, killing every child if it takes longer than d: a
+// child that hangs would block its answer forever; killed, it answers an
+// error.
+func (g *scaleRing) wait(wg *sync.WaitGroup, d time.Duration, what string) {
+	timer := time.AfterFunc(d, func() {
+		g.t.Errorf("waited %v for %s: killing every child", d, what)
+		for _, c := range g.children {
+			_ = c.cmd.Process.Kill()
+		}
+	})
+	wg.Wait()
+	timer.Stop()
+}
+
+// each sends command to the children ids, all at once, and returns their
+// answers in the order of ids.
+func (g *scaleRing) each(ids []string, command string) []scaleReport {
+	t := g.t
+	t.Helper()
+	reps := make([]scaleReport, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		c := g.children[id]
+		wg.Go(func() { reps[i], errs[i] = c.ask(command) })
+	}
+	g.wait(&wg, 5*time.Minute, command)
+	for i, err := range errs {
+		require.NoError(t, err, "%s %s: %s", ids[i], command, g.children[ids[i]].stderr.String())
+		require.Empty(t, reps[i].Err, "%s %s", ids[i], command)
+	}
+	return reps
+}
+
+// live returns the identities of the live children, sorted.
+func (g *scaleRing) live() []string {
+	ids := make([]string, 0, len(g.children))
+	for id := range g.children {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// kill closes the stdin of a replica started with SkipRelease: its Run
+// returns without releasing anything and the process exits.
+func (g *scaleRing) kill(id string) {
+	c := g.children[id]
+	delete(g.children, id)
+	_ = c.stdin.Close()
+	if err := c.wait(time.Minute); err != nil {
+		g.t.Errorf("%s: %v\n%s", id, err, c.stderr.String())
+	}
+}
+
+// stopAll stops every child still running, gracefully.
+func (g *scaleRing) stopAll() {
+	var wg sync.WaitGroup
+	for _, id := range g.live() {
+		c := g.children[id]
+		delete(g.children, id)
+		_ = c.stdin.Close()
+		wg.Go(func() {
+			if err := c.wait(2 * time.Minute); err != nil {
+				g.t.Errorf("%s: %v\n%s", id, err, c.stderr.String())
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// phase runs change, waits until the ring settles and records the phase's
+// figures.
+func (g *scaleRing) phase(name string, change func()) {
+	t := g.t
+	t.Helper()
+	row := scaleRow{phase: name, loadBefore: loadavg()}
+	g.each(g.live(), "phase")
+	row.apiBase = g.heap.reset()
+	start := time.Now()
+	change()
+	var last []scaleReport
+	for {
+		last = g.each(g.live(), "status")
+		why := g.settled(last)
+		if why == "" {
+			row.settled = time.Since(start)
+			break
+		}
+		if time.Since(start) > scaleSettleTimeout {
+			t.Fatalf("%s: the ring did not settle in %v: %s", name, scaleSettleTimeout, why)
+		}
+		time.Sleep(scalePoll)
+	}
+	row.apiLivePeak, row.apiInUsePeak = g.heap.peaks()
+	row.apiLive = liveHeap()
+	row.loadAfter = loadavg()
+	measured := g.each(g.live(), "measure")
+	var wire, body []int64
+	var heaps, peaks []uint64
+	for i, st := range last {
+		m := measured[i]
+		wire = append(wire, st.CacheWire+st.LeaseWire)
+		body = append(body, st.CacheBody+st.LeaseBody)
+		heaps = append(heaps, m.Heap-min(m.Baseline, m.Heap))
+		peaks = append(peaks, m.PeakLive-min(m.Baseline, m.PeakLive))
+		row.perReplica = append(row.perReplica, fmt.Sprintf("%s %v %d objects, %s on the wire (%s of it Leases), %s decoded, heap %s, peak %s",
+			st.Identity, st.Shards, st.Objects, mib(st.CacheWire+st.LeaseWire), mib(st.LeaseWire), mib(st.CacheBody+st.LeaseBody), mib(heaps[i]), mib(peaks[i])))
+		if m.Identity == scaleReader {
+			row.read = m
+		}
+	}
+	row.wire, row.body = spread(wire), spread(body)
+	row.heap, row.peak = spread(heaps), spread(peaks)
+	t.Logf("FIGURES filter=%s %s: settled in %v; API server process heap: live %s at the change, peak live %s, peak in use %s, live %s after; replicas: %s; reads by %s of %d unmoved shards: %d, longest %v, p99.9 ≤ %v, %d found nothing; loadavg %s → %s",
+		g.mode, name, row.settled.Round(time.Millisecond), mib(row.apiBase), mib(row.apiLivePeak), mib(row.apiInUsePeak), mib(row.apiLive),
+		strings.Join(row.perReplica, "; "), scaleReader, len(row.read.ReadsShards), row.read.Reads, row.read.MaxRead, row.read.P999Read, row.read.ReadMisses,
+		row.loadBefore, row.loadAfter)
+	if row.read.ReadMisses > 0 {
+		t.Errorf("%s: %d reads of objects of unmoved shards found nothing", name, row.read.ReadMisses)
+	}
+	g.rows = append(g.rows, row)
+}
+
+// settled describes the first way the ring is not settled, or returns "".
+func (g *scaleRing) settled(reps []scaleReport) string {
+	holder := make([]string, proofShards)
+	fair := (proofShards + len(reps) - 1) / len(reps)
+	for _, rep := range reps {
+		if rep.Filtering != g.mode {
+			return fmt.Sprintf("%s filters on the %s", rep.Identity, rep.Filtering)
+		}
+		if len(rep.Shards) > fair {
+			return fmt.Sprintf("%s holds %d shards, fair share %d", rep.Identity, len(rep.Shards), fair)
+		}
+		if rep.Foreign > 0 {
+			return fmt.Sprintf("%s caches %d objects of shards it does not admit", rep.Identity, rep.Foreign)
+		}
+		for _, s := range rep.Shards {
+			if holder[s] != "" {
+				return fmt.Sprintf("shard %d admitted by %s and %s", s, holder[s], rep.Identity)
+			}
+			holder[s] = rep.Identity
+			if rep.PerShard[s] != g.perShard[s] {
+				return fmt.Sprintf("%s caches %d objects of shard %d, which holds %d", rep.Identity, rep.PerShard[s], s, g.perShard[s])
+			}
+		}
+	}
+	for s, h := range holder {
+		if h == "" {
+			return fmt.Sprintf("shard %d admitted by no one", s)
+		}
+	}
+	return ""
+}
+
+// logTable logs the mode's figures as a Markdown table, for the README.
+func (g *scaleRing) logTable(took time.Duration) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "FIGURES table, filter=%s, %d ConfigMaps, %d replicas, %d shards, %s, the mode's run took %v:\n",
+		g.mode, g.d.objects, scaleReplicas, proofShards, runtime.Version(), took.Round(time.Second))
+	b.WriteString("| phase | settled in | API server process heap: live at change / peak live / peak in use | bytes received per replica, wire (min / median / max) | decoded | replica live heap at settle (min / median / max) | replica peak live heap | longest read of an unmoved shard (p99.9) | loadavg |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range g.rows {
+		read := "—"
+		if r.read.Reads > 0 {
+			read = fmt.Sprintf("%v (≤ %v), %d reads", r.read.MaxRead, r.read.P999Read, r.read.Reads)
+		}
+		fmt.Fprintf(&b, "| %s | %v | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s | %s → %s |\n",
+			r.phase, r.settled.Round(10*time.Millisecond),
+			mib(r.apiBase), mib(r.apiLivePeak), mib(r.apiInUsePeak),
+			mib(r.wire[0]), mib(r.wire[1]), mib(r.wire[2]),
+			mib(r.body[0]), mib(r.body[1]), mib(r.body[2]),
+			mib(r.heap[0]), mib(r.heap[1]), mib(r.heap[2]),
+			mib(r.peak[0]), mib(r.peak[1]), mib(r.peak[2]),
+			read, r.loadBefore, r.loadAfter)
+	}
+	g.t.Log(b.String())
+}
+
+// spread returns the min, median and max of xs.
+func spread[T int64 | uint64](xs []T) [3]T {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return [3]T{s[0], s[len(s)/2], s[len(s)-1]}
+}
+
+// mib formats a byte count.
+func mib[T int64 | uint64](n T) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
+	}
+}
+
+// loadavg returns the first three fields of /proc/loadavg, or "?".
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// apiHeap samples this process's heap while a phase runs. The process
+// holds etcd and kube-apiserver, and besides them only the test's
+// bookkeeping (the data set's names, the children's answers: kilobytes),
+// since every replica runs in a child. Two figures, of the Go runtime's
+// own metrics (runtime/metrics), sampled every 100 ms:
+//
+//   - peak live: the largest /gc/heap/live:bytes, the heap each
+//     collection of the phase found reachable: what the server needed
+//     at once;
+//   - peak in use: the largest /memory/classes/heap/objects:bytes, live
+//     plus garbage not yet collected: how far the heap grew (with
+//     GOGC=100 up to about twice the live heap).
+//
+// Both include etcd's heap (its in-memory index and raft log of the
+// writes of the data set), which is steady during a phase: the live heap
+// at the change, after two collections, is the baseline to compare with.
+type apiHeap struct {
+	live, inUse atomic.Uint64
+	stop        chan struct{}
+	done        sync.WaitGroup
+}
+
+func startAPIHeap() *apiHeap {
+	h := &apiHeap{stop: make(chan struct{})}
+	h.done.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			h.sample()
+			select {
+			case <-h.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return h
+}
+
+func (h *apiHeap) sample() {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	raise(&h.live, s[0].Value.Uint64())
+	raise(&h.inUse, s[1].Value.Uint64())
+}
+
+func raise(a *atomic.Uint64, v uint64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// reset collects garbage, returns the live heap and starts the peaks
+// again from it.
+func (h *apiHeap) reset() uint64 {
+	base := liveHeap()
+	h.live.Store(0)
+	h.inUse.Store(0)
+	h.sample()
+	return base
+}
+
+// peaks returns the peaks since reset.
+func (h *apiHeap) peaks() (live, inUse uint64) {
+	h.sample()
+	return h.live.Load(), h.inUse.Load()
+}
+
+func (h *apiHeap) close() { close(h.stop); h.done.Wait() }
+
+// scaleChild is a running scale child, seen from its parent.
+type scaleChild struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *json.Decoder
+	stderr lockedBuffer
+	mu     sync.Mutex // one command at a time
+	exited chan error
+}
+
+// startScaleChild re-executes the test binary as a scale child with spec.
+func startScaleChild(spec scaleSpec) (*scaleChild, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	c := &scaleChild{cmd: exec.Command(os.Args[0]), exited: make(chan error, 1)}
+	c.cmd.Env = append(os.Environ(), scaleChildEnv+"="+string(b))
+	c.cmd.Stderr = &c.stderr
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c.out = json.NewDecoder(stdout)
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ask sends a command and returns the answer.
+func (c *scaleChild) ask(command string) (scaleReport, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := io.WriteString(c.stdin, command+"\n"); err != nil {
+		return scaleReport{}, err
+	}
+	return c.read()
+}
+
+// read reads one answer.
+func (c *scaleChild) read() (scaleReport, error) {
+	var rep scaleReport
+	err := c.out.Decode(&rep)
+	return rep, err
+}
+
+// wait waits for the child to exit (its stdin closed), killing it after d.
+func (c *scaleChild) wait(d time.Duration) error {
+	go func() { c.exited <- c.cmd.Wait() }()
+	select {
+	case err := <-c.exited:
+		return err
+	case <-time.After(d):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		return fmt.Errorf("did not stop within %v; killed", d)
+	}
+}
