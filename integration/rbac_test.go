@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/go-coalesce/workqueue"
-	"github.com/go-coalesce/workqueue/interop/examples/sharded/configmaps"
+	"github.com/go-coalesce/workqueue/interop/crsharding/examples/sharded/configmaps"
 	"github.com/go-coalesce/workqueue/sharding"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"

@@ -323,7 +323,7 @@ func runScaleChild(specJSON string) int {
 		fmt.Fprintf(os.Stderr, "integration: scale child: %v\n", err)
 		return 2
 	}
-	quietKlog()
+	quietKlog(io.Discard)
 	baseline := liveHeap()
 	var cacheBytes, leaseBytes byteCounter
 	leaseClient, err := kubernetes.NewForConfig(countedConfig(spec, &leaseBytes))
