@@ -207,8 +207,9 @@ func TestNameAloneReportsNothingWithoutRegister(t *testing.T) {
 // must show client-go's series exactly (help included). Every gauge reads 0
 // at idle, after the work and after ShutDown, and no series goes away:
 // component-base never deletes one, and neither do we. (The Prometheus
-// adapter's side of the same comparison is in integration/, the test-only
-// module, so that interop/go.mod need not require the adapter's module.)
+// adapter's side of the same comparison is integration/adapterseries, in
+// the test-only module, so that interop/go.mod need not require the
+// adapter's module.)
 func TestSeriesAtIdleAfterWorkAndAfterShutDown(t *testing.T) {
 	kubemetrics.Provider() // outside the bubble: its first call makes a client-go queue
 	synctest.Test(t, func(t *testing.T) {

@@ -1,4 +1,15 @@
-package integration
+// Package adapterseries holds the Prometheus adapter's side of the hosts'
+// series comparison (interop/hostmetrics/kubemetrics holds kubemetrics'
+// side). It lives in this test-only module because it needs client-go and
+// component-base beside the adapter: in interop/ it would make interop/go.mod
+// require the adapter's module, a dependency a user of interop/crpriority
+// did not ask for; in prometheus/ it would make the adapter's module require
+// client-go. It is a package of its own, not a file of package integration,
+// because that package's binary runs kube-apiserver: the server registers
+// collectors in component-base's legacy registry that dial etcd when first
+// gathered, and a goroutine waiting on a socket inside the synctest bubble
+// stops the bubble's clock for good.
+package adapterseries
 
 import (
 	"fmt"
@@ -13,18 +24,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	clientworkqueue "k8s.io/client-go/util/workqueue"
 	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/workqueue" // client-go's queues report to the legacy registry, as in kube-controller-manager
 )
 
-// This file holds the Prometheus adapter's side of the hosts' series
-// comparison (interop/hostmetrics/kubemetrics holds kubemetrics' side). It
-// lives in this test-only module because it needs client-go and
-// component-base beside the adapter: in interop/ it would make interop/go.mod
-// require the adapter's module, a dependency a user of interop/crpriority
-// did not ask for; in prometheus/ it would make the adapter's module require
-// client-go.
+// TestMain fails the package if a test leaves a goroutine behind (the
+// queues' own goroutines must end with ShutDown).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // seriesOf returns the workqueue_* series of the queue named name in g, keyed
 // by family and labels (the queue's name written as Q), each with its type
