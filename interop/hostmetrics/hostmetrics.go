@@ -375,7 +375,9 @@ func (m *merged) Collect(ch chan<- prometheus.Metric) {
 // collectWritten collects c into ch with each metric's value written at
 // once. A vector's children are live: the registry writes their values
 // when it gets to them, which may be after the gauges collected next have
-// read the queues, and would make the cut of Collect no cut.
+// read the queues, and would make the cut of Collect no cut. The
+// Prometheus adapter (prometheus/provider.go) has the same helper; they are
+// kept apart because this module must not require the adapter's.
 func collectWritten(c prometheus.Collector, ch chan<- prometheus.Metric) {
 	mc := make(chan prometheus.Metric, 16)
 	go func() {
