@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -858,7 +860,15 @@ func checkControllerRuntime(t *testing.T, admin kubernetes.Interface, cfg *rest.
 		err    error
 	}
 	var runs []*crRun
+	// The first manager serves its probes, as the manifests' Deployment
+	// does: its /readyz (Replica.Ready, added by configmaps.New) must answer
+	// ok once the ring works.
+	probes := freeLoopbackAddr(t)
 	for i := range 2 {
+		probeAddr := "0"
+		if i == 0 {
+			probeAddr = probes
+		}
 		mgr, _, err := configmaps.New(cfg, configmaps.Options{
 			Namespace: ns,
 			Identity:  fmt.Sprintf("cr-%d-%d", run, i),
@@ -871,7 +881,7 @@ func checkControllerRuntime(t *testing.T, admin kubernetes.Interface, cfg *rest.
 			},
 			Manager: ctrl.Options{
 				Metrics:                metricsserver.Options{BindAddress: "0"},
-				HealthProbeBindAddress: "0",
+				HealthProbeBindAddress: probeAddr,
 				Controller:             config.Controller{SkipNameValidation: new(true)},
 			},
 		})
@@ -909,4 +919,28 @@ func checkControllerRuntime(t *testing.T, admin kubernetes.Interface, cfg *rest.
 		}
 		return ""
 	})
+	waitFor(t, "the first manager's /readyz ok", time.Now().Add(rbacSettle), func() string {
+		resp, err := http.Get("http://" + probes + "/readyz")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Sprintf("%d %s", resp.StatusCode, body)
+		}
+		return ""
+	})
+}
+
+// freeLoopbackAddr returns a 127.0.0.1 address with a port that was free a
+// moment ago, for a server that takes its address as a string and does not
+// say which port it bound (controller-runtime's probes).
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
 }

@@ -30,8 +30,11 @@ import (
 
 	"github.com/go-coalesce/workqueue/interop/crsharding/examples/sharded/configmaps"
 	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -47,6 +50,8 @@ func run() error {
 	namespace := flag.String("namespace", "default", "namespace of the ConfigMaps and of the ring's Leases")
 	identity := flag.String("identity", envOr("POD_NAME", host), "this replica's name in the ring (unique among live replicas)")
 	shards := flag.Int("shards", 16, "shards of the ring (a power of two, the same on every replica)")
+	metricsAddr := flag.String("metrics-bind-address", "0", `address of /metrics ("0": none; deploy/ sets :8080)`)
+	probeAddr := flag.String("health-probe-bind-address", "", "address of /readyz and /healthz (empty: none; deploy/ sets :8081)")
 	flag.Parse()
 	ctrl.SetLogger(zap.New())
 
@@ -59,15 +64,44 @@ func run() error {
 	mgr, _, err := configmaps.New(cfg, configmaps.Options{
 		Namespace: *namespace,
 		Identity:  *identity,
-		Ring:      sharding.Config{Shards: *shards, OnChange: func(held []int) { fmt.Printf("%s holds shards %v\n", *identity, held) }},
-		Manager:   ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}},
+		Ring: sharding.Config{
+			Shards:   *shards,
+			Metrics:  ringMetrics(),
+			OnChange: func(held []int) { fmt.Printf("%s holds shards %v\n", *identity, held) },
+		},
+		Manager: ctrl.Options{
+			Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
+			HealthProbeBindAddress: *probeAddr,
+		},
 	})
 	if err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return mgr.Start(ctx)
+}
+
+// ringMetrics registers the ring's gauges with controller-runtime's
+// registry, so that /metrics serves them beside the controller's
+// workqueue_* and controller_runtime_* series: sharding_forbidden is the
+// one to alert on (1 while the API server refuses the replica a request it
+// needs; see sharding/README.md, "Deploy").
+func ringMetrics() sharding.Metrics {
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+		ctrlmetrics.Registry.MustRegister(g)
+		return g
+	}
+	return sharding.Metrics{
+		ServerFiltering: gauge("sharding_server_filtering", "1 while the API server filters the sharded list and watch by shard, 0 while the replica filters them."),
+		Shards:          gauge("sharding_shards", "Shards whose keys the replica admits."),
+		Objects:         gauge("sharding_objects", "Objects in the replica's sharded cache."),
+		Forbidden:       gauge("sharding_forbidden", "1 while the API server refuses (403) a request the replica needs."),
+	}
 }
 
 func envOr(name, def string) string {
