@@ -421,14 +421,18 @@ func retryOnConflict(f func() error) error {
 // working 500 ms, and checks the order crsharding's package doc promises
 // (Shutdown): the Sharding stops first and drains while the controller
 // still runs, so every run in flight finishes with its context not
-// cancelled, and the manager's shard Leases are released only after the
-// runs have returned. Each run reads the ring's shard Leases from the API
-// server as it ends: every one must still be held by the manager then.
-// After the stop, every shard Lease must be released.
+// cancelled, and a shard's Lease is released only after its runs have
+// returned. Each run reads its shard's Lease from the API server as it
+// ends: it must still be held by the manager then. (Not every shard's: a
+// leave releases each shard as soon as its own runs are over, so a shard
+// without runs may be free while another's run ends.) After the stop,
+// every shard Lease must be released.
 //
-// Mutant: ControllerOptions setting the controller's NeedLeaderElection
+// Mutants: ControllerOptions setting the controller's NeedLeaderElection
 // to false (as it did): the controller is cancelled with the Sharding, and
-// the runs in flight end at once with "context canceled".
+// the runs in flight end at once with "context canceled"; drainStep
+// (sharding/decide.go) releasing a draining shard with runs in flight:
+// "run of …/obj-0: its shard's Lease was released before it ended".
 func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
 	const (
 		objects = 8
@@ -440,17 +444,20 @@ func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
 	admin, err := kubernetes.NewForConfig(server.restConfig())
 	require.NoError(t, err)
 	ns := createNamespace(t, admin, "crsharding-stop")
+	shardOf := map[string]int{} // key → shard (FieldUID, as configmaps.New)
 	for i := range objects {
 		cm := configMap(ns, fmt.Sprintf("obj-%d", i), "v0")
 		cm.Labels = map[string]string{configmaps.LabelWatch: "true"}
-		_, err := admin.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{})
+		cm, err := admin.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{})
 		require.NoError(t, err)
+		shardOf[ns+"/"+cm.Name] = sharding.ShardOf(sharding.Hash(string(cm.UID)), crShards)
 	}
 
-	// heldByUs reports, from the API server, whether every shard Lease of
-	// the ring is held by the manager ("" if so, else which is not).
+	// heldBy reports, from the API server, whether every shard Lease of
+	// the ring, or only those of the shards given, is held by want (""
+	// if so, else which is not).
 	leases := admin.CoordinationV1().Leases(ns)
-	heldByUs := func(want string) string {
+	heldBy := func(want string, only ...int) string {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
 		defer cancel()
 		l, err := leases.List(ctx, metav1.ListOptions{LabelSelector: sharding.LabelRing + "=" + ring})
@@ -463,6 +470,9 @@ func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
 				continue // the membership Lease
 			}
 			n++
+			if len(only) > 0 && !slices.ContainsFunc(only, func(i int) bool { return lease.Name == fmt.Sprintf("%s-shard-%d", ring, i) }) {
+				continue
+			}
 			if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != want {
 				return fmt.Sprintf("%s held by %q, want %q", lease.Name, h, want)
 			}
@@ -476,7 +486,7 @@ func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
 	type run struct {
 		key    string
 		ctxErr error  // the run's ctx.Err() as it ended
-		leases string // heldByUs(id) as it ended
+		leases string // heldBy(id, its shard) as it ended
 	}
 	var (
 		mu       sync.Mutex
@@ -519,7 +529,8 @@ func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
 				case <-time.After(work):
 				case <-ctx.Done():
 				}
-				r := run{key: crsharding.Key(req), ctxErr: ctx.Err(), leases: heldByUs(id)}
+				key := crsharding.Key(req)
+				r := run{key: key, ctxErr: ctx.Err(), leases: heldBy(id, shardOf[key])}
 				mu.Lock()
 				inflight--
 				ended = append(ended, r)
@@ -554,7 +565,7 @@ func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
 			}
 		}
 	}
-	wait("every shard held", func() string { return heldByUs(id) })
+	wait("every shard held", func() string { return heldBy(id) })
 	wait("every ConfigMap stamped", func() string {
 		l, err := cms.List(t.Context(), metav1.ListOptions{})
 		if err != nil {
@@ -600,7 +611,7 @@ func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
 	require.NotEmpty(t, ended, "no run ended")
 	for _, r := range ended {
 		require.NoError(t, r.ctxErr, "run of %s: its context was cancelled before it ended", r.key)
-		require.Empty(t, r.leases, "run of %s: a shard Lease was released before it ended", r.key)
+		require.Empty(t, r.leases, "run of %s: its shard's Lease was released before it ended", r.key)
 	}
-	require.Empty(t, heldByUs(""), "after the stop, every shard Lease released")
+	require.Empty(t, heldBy(""), "after the stop, every shard Lease released")
 }
