@@ -149,6 +149,10 @@ type Informer struct {
 	// foreign counts objects handed to a store that it did not keep
 	// because of their shard (tests: the ListerWatcher filters first).
 	foreign int
+	// objects is the number of objects in the indexer, kept by every
+	// Add and Delete of ours (the indexer has no cheap length: ListKeys
+	// allocates every key, which per event would be O(n)).
+	objects int
 }
 
 // allShards keys the one feed of client mode (and of merged).
@@ -262,6 +266,7 @@ func (inf *Informer) SetShards(held []int) {
 		inf.synced[s] = false
 		for _, obj := range inf.byShard(s) {
 			_ = inf.indexer.Delete(obj)
+			inf.objects--
 		}
 	}
 	if inf.running && !inf.stopped && inf.decided {
@@ -350,9 +355,8 @@ func (inf *Informer) ServerFilters() bool {
 // setObjects updates the Objects gauge. Gauges are documented as cheap
 // and safe for concurrent use, so it may be called under inf.mu.
 func (inf *Informer) setObjects() {
-	// ListKeys allocates every key: only when someone reads the gauge.
 	if inf.cfg.Objects != nil {
-		inf.cfg.Objects.Set(float64(len(inf.indexer.ListKeys())))
+		inf.cfg.Objects.Set(float64(inf.objects))
 	}
 }
 

@@ -80,6 +80,7 @@ func (inf *Informer) upsert(f *feed, item any) {
 		return
 	}
 	_ = inf.indexer.Add(obj)
+	inf.objects++
 	inf.setObjects()
 	for _, h := range inf.handlers {
 		h.h.OnAdd(obj, false)
@@ -99,6 +100,7 @@ func (inf *Informer) remove(f *feed, item any) {
 		return
 	}
 	_ = inf.indexer.Delete(old)
+	inf.objects--
 	inf.setObjects()
 	for _, h := range inf.handlers {
 		h.h.OnDelete(obj)
@@ -122,6 +124,7 @@ func (inf *Informer) replace(f *feed, items []any, rv string) {
 		switch {
 		case !exists:
 			_ = inf.indexer.Add(obj)
+			inf.objects++
 			for _, h := range inf.handlers {
 				h.h.OnAdd(obj, !inf.synced[s])
 			}
@@ -143,6 +146,7 @@ func (inf *Informer) replace(f *feed, items []any, rv string) {
 				continue
 			}
 			_ = inf.indexer.Delete(old)
+			inf.objects--
 			for _, h := range inf.handlers {
 				h.h.OnDelete(cache.DeletedFinalStateUnknown{Key: key, Obj: old})
 			}
