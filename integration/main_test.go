@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(spec)) // a replica of the heap measurement: no server, no tests
 	}
 	if spec := os.Getenv(scaleChildEnv); spec != "" {
-		os.Exit(runScaleChild(spec)) // a replica of TestScaleShardedCache (scalechild_test.go)
+		os.Exit(withCPUProfile(func() int { return runScaleChild(spec) })) // a replica of TestScaleShardedCache (scalechild_test.go)
 	}
 	_ = healthz.LogHealthz.Check(nil)
 	before := goleak.IgnoreCurrent()

@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -137,6 +139,9 @@ func (b countingBody) Read(p []byte) (int, error) {
 func countedConfig(s scaleSpec, c *byteCounter) *rest.Config {
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	return &rest.Config{
+		// JSON unless scaleContentTypeEnv names another (protobuf, as
+		// kube-controller-manager's clients use for built-in types).
+		ContentConfig:   rest.ContentConfig{ContentType: os.Getenv(scaleContentTypeEnv)},
 		Host:            s.Host,
 		BearerToken:     s.Token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: s.CA, ServerName: s.ServerName},
@@ -314,6 +319,32 @@ func (rt *readTimer) finish(still []int, rep *scaleReport) {
 func scaleShardOfKey(key string, shards int) int {
 	ns, _, _ := strings.Cut(key, "/")
 	return sharding.ShardOf(sharding.Hash(ns), shards)
+}
+
+// scaleProfileEnv, set to a folder in the parent's environment, makes
+// every scale child write its CPU profile there (child-<pid>.pprof), for
+// `go tool pprof` of the replicas' side of a phase:
+//
+//	SHARDING_SCALE=1 INTEGRATION_SCALE_CPUPROFILE=/tmp/prof go test -race=false -run TestScaleShardedCache/filter=client -v .
+const scaleProfileEnv = "INTEGRATION_SCALE_CPUPROFILE"
+
+// scaleContentTypeEnv, set in the parent's environment, is the content
+// type of every scale child's requests, e.g.
+// application/vnd.kubernetes.protobuf; JSON if unset.
+const scaleContentTypeEnv = "INTEGRATION_SCALE_CONTENT_TYPE"
+
+// withCPUProfile runs child, profiling its CPU if scaleProfileEnv is set.
+func withCPUProfile(child func() int) int {
+	dir := os.Getenv(scaleProfileEnv)
+	if dir == "" {
+		return child()
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("child-%d.pprof", os.Getpid())))
+	if err == nil && pprof.StartCPUProfile(f) == nil {
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
+	return child()
 }
 
 // runScaleChild is TestMain for a scale child: it returns the exit code.
