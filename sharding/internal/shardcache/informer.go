@@ -149,9 +149,9 @@ type Informer struct {
 	// foreign counts objects handed to a store that it did not keep
 	// because of their shard (tests: the ListerWatcher filters first).
 	foreign int
-	// objects is the number of objects in the indexer, kept by every
-	// Add and Delete of ours (the indexer has no cheap length: ListKeys
-	// allocates every key, which per event would be O(n)).
+	// objects is the number of objects in the indexer, kept by
+	// addObject and deleteObject (store.go): the indexer has no cheap
+	// length, and ListKeys allocates every key, O(n) per event.
 	objects int
 }
 
@@ -265,8 +265,7 @@ func (inf *Informer) SetShards(held []int) {
 	for _, s := range dropped {
 		inf.synced[s] = false
 		for _, obj := range inf.byShard(s) {
-			_ = inf.indexer.Delete(obj)
-			inf.objects--
+			inf.deleteObject(obj)
 		}
 	}
 	if inf.running && !inf.stopped && inf.decided {

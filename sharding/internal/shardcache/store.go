@@ -79,8 +79,7 @@ func (inf *Informer) upsert(f *feed, item any) {
 		}
 		return
 	}
-	_ = inf.indexer.Add(obj)
-	inf.objects++
+	inf.addObject(obj)
 	inf.setObjects()
 	for _, h := range inf.handlers {
 		h.h.OnAdd(obj, false)
@@ -99,8 +98,7 @@ func (inf *Informer) remove(f *feed, item any) {
 	if !exists {
 		return
 	}
-	_ = inf.indexer.Delete(old)
-	inf.objects--
+	inf.deleteObject(old)
 	inf.setObjects()
 	for _, h := range inf.handlers {
 		h.h.OnDelete(obj)
@@ -123,8 +121,7 @@ func (inf *Informer) replace(f *feed, items []any, rv string) {
 		old, exists, _ := inf.indexer.GetByKey(key)
 		switch {
 		case !exists:
-			_ = inf.indexer.Add(obj)
-			inf.objects++
+			inf.addObject(obj)
 			for _, h := range inf.handlers {
 				h.h.OnAdd(obj, !inf.synced[s])
 			}
@@ -145,8 +142,7 @@ func (inf *Informer) replace(f *feed, items []any, rv string) {
 			if seen[key] {
 				continue
 			}
-			_ = inf.indexer.Delete(old)
-			inf.objects--
+			inf.deleteObject(old)
 			for _, h := range inf.handlers {
 				h.h.OnDelete(cache.DeletedFinalStateUnknown{Key: key, Obj: old})
 			}
@@ -161,6 +157,20 @@ func (inf *Informer) replace(f *feed, items []any, rv string) {
 	if newly && inf.cfg.Synced != nil {
 		inf.cfg.Synced()
 	}
+}
+
+// addObject adds obj, whose key the indexer does not hold, and
+// deleteObject removes obj, which it holds; both keep inf.objects equal to
+// the indexer's length. Every change of the indexer's keys goes through
+// them. inf.mu must be held.
+func (inf *Informer) addObject(obj any) {
+	_ = inf.indexer.Add(obj)
+	inf.objects++
+}
+
+func (inf *Informer) deleteObject(obj any) {
+	_ = inf.indexer.Delete(obj)
+	inf.objects--
 }
 
 func resourceVersion(obj any) string {
