@@ -24,6 +24,9 @@ import (
 // for 100,000 ConfigMaps of about 1 KiB.
 var scaleObjects = flag.Int("scale.objects", 100_000, "ConfigMaps in the data set of TestScaleShardedCache")
 
+// scaleSettleTimeout bounds each phase of TestScaleShardedCache.
+var scaleSettleTimeout = flag.Duration("scale.settle", 15*time.Minute, "how long each phase of TestScaleShardedCache may take to settle")
+
 const (
 	// scaleReplicas replicas share the ring's proofShards (64) shards, by
 	// namespace, over the data set of dataset_test.go (two namespaces per
@@ -33,8 +36,6 @@ const (
 	// scaleReader the one whose reads are timed (never killed).
 	scaleKilled = "r1"
 	scaleReader = "r0"
-	// scaleSettleTimeout bounds each phase.
-	scaleSettleTimeout = 15 * time.Minute
 	// scalePoll is how often the parent asks every replica for its
 	// status while it waits for the ring to settle.
 	scalePoll = 250 * time.Millisecond
@@ -255,8 +256,8 @@ func (g *scaleRing) phase(name string, change func()) {
 			row.settled = time.Since(start)
 			break
 		}
-		if time.Since(start) > scaleSettleTimeout {
-			t.Fatalf("%s: the ring did not settle in %v: %s", name, scaleSettleTimeout, why)
+		if time.Since(start) > *scaleSettleTimeout {
+			t.Fatalf("%s: the ring did not settle in %v: %s", name, *scaleSettleTimeout, why)
 		}
 		time.Sleep(scalePoll)
 	}

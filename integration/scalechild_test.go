@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // A replica of TestScaleShardedCache is a process of its own, as in
@@ -333,6 +334,12 @@ const scaleProfileEnv = "INTEGRATION_SCALE_CPUPROFILE"
 // application/vnd.kubernetes.protobuf; JSON if unset.
 const scaleContentTypeEnv = "INTEGRATION_SCALE_CONTENT_TYPE"
 
+// scaleKlogEnv, set to a folder in the parent's environment, makes every
+// scale child write client-go's klog there (child-<pid>.log) at
+// verbosity 4 (the Reflectors' lists, watches, bookmarks and restarts),
+// instead of discarding it.
+const scaleKlogEnv = "INTEGRATION_SCALE_KLOG"
+
 // withCPUProfile runs child, profiling its CPU if scaleProfileEnv is set.
 func withCPUProfile(child func() int) int {
 	dir := os.Getenv(scaleProfileEnv)
@@ -347,6 +354,22 @@ func withCPUProfile(child func() int) int {
 	return child()
 }
 
+// scaleKlog sends klog to the file scaleKlogEnv asks for, or nowhere.
+func scaleKlog() error {
+	dir := os.Getenv(scaleKlogEnv)
+	if dir == "" {
+		quietKlog(io.Discard)
+		return nil
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("child-%d.log", os.Getpid())))
+	if err != nil {
+		return err
+	}
+	quietKlog(f) // the file stays open until the child exits
+	var v klog.Level
+	return v.Set("4")
+}
+
 // runScaleChild is TestMain for a scale child: it returns the exit code.
 func runScaleChild(specJSON string) int {
 	var spec scaleSpec
@@ -354,7 +377,10 @@ func runScaleChild(specJSON string) int {
 		fmt.Fprintf(os.Stderr, "integration: scale child: %v\n", err)
 		return 2
 	}
-	quietKlog(io.Discard)
+	if err := scaleKlog(); err != nil {
+		fmt.Fprintf(os.Stderr, "integration: scale child: %v\n", err)
+		return 2
+	}
 	baseline := liveHeap()
 	var cacheBytes, leaseBytes byteCounter
 	leaseClient, err := kubernetes.NewForConfig(countedConfig(spec, &leaseBytes))
