@@ -3,6 +3,7 @@ package shardcache
 import (
 	"context"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func TestClientFilterFreesTheList(t *testing.T) {
 	inf := New(Config{ListerWatcher: lw, Object: &corev1.ConfigMap{}, Shards: shards, ShardOf: shardOf,
 		Selector: func([]int) string { return "" }})
 	inf.target[0] = true
-	f := &feed{shard: allShards, cancel: func() {}}
+	f := &feed{shard: allShards, cancel: func() {}, covers: slices.Clone(inf.target)}
 	inf.feeds[allShards] = f
 
 	heap := func() uint64 {

@@ -262,8 +262,12 @@ func (inf *Informer) SetShards(held []int) {
 		}
 	}
 	inf.target = want
+	f := inf.feeds[allShards]
 	for _, s := range dropped {
 		inf.synced[s] = false
+		if f != nil && f.covers != nil {
+			f.covers[s] = false // its objects are dropped from now on: a gain lists again
+		}
 		for _, obj := range inf.byShard(s) {
 			inf.deleteObject(obj)
 		}
@@ -294,20 +298,37 @@ func (inf *Informer) follow() {
 		return
 	}
 	// One feed for every held shard. It is restarted when a held shard is
-	// not synced yet: its objects were dropped (or never kept), and only
-	// a new list brings them. Merged, it is restarted at every change of
-	// its selector.
-	var need, any bool
-	for s, want := range inf.target {
-		any = any || want
-		need = need || (want && !inf.synced[s])
-	}
+	// not among those it covers: its objects were dropped (or never
+	// kept), and only a new list brings them. Merged, it is restarted at
+	// every change of its selector.
+	//
+	// But a feed whose first list is still in flight, and covers a held
+	// shard, is left to finish: the shards gained meanwhile are listed
+	// once it is in (replace calls follow). Restarting it at every gain
+	// would throw its list away each time, and when gains come faster
+	// than a list of the whole resource takes (a ring settling, at
+	// 100,000 objects a list takes tens of seconds) no list would ever
+	// finish. So a gained shard waits for at most two lists.
 	f, ok := inf.feeds[allShards]
+	var any, uncovered, useful bool
+	for s, want := range inf.target {
+		if !want {
+			continue
+		}
+		any = true
+		if ok && f.covers[s] {
+			useful = true
+		} else {
+			uncovered = true
+		}
+	}
 	switch {
 	case !any && ok:
 		f.cancel()
 		delete(inf.feeds, allShards)
-	case need, inf.merged && inf.server && ok && f.sel != inf.heldSelector():
+	case uncovered && ok && !f.listed && useful:
+		// wait for f's list (see above)
+	case uncovered, inf.merged && inf.server && ok && f.sel != inf.heldSelector():
 		if ok {
 			f.cancel()
 		}

@@ -181,6 +181,9 @@ func (inf *Informer) start(s int) {
 	case inf.server: // merged
 		f.sel = inf.heldSelector()
 	}
+	if s == allShards {
+		f.covers = slices.Clone(inf.target)
+	}
 	inf.feeds[s] = f
 	name := inf.name + "/all"
 	if s != allShards {
@@ -198,5 +201,5 @@ func (inf *Informer) current(f *feed) bool { return inf.feeds[f.shard] == f }
 // keeps reports whether feed f may put an object of shard s in the store.
 // inf.mu must be held.
 func (inf *Informer) keeps(f *feed, s int) bool {
-	return inf.current(f) && inf.target[s] && (f.shard == allShards || f.shard == s)
+	return inf.current(f) && inf.target[s] && (f.shard == s || f.shard == allShards && f.covers[s])
 }

@@ -244,6 +244,44 @@ func TestClientFilterGain(t *testing.T) {
 	}
 }
 
+// TestClientGainsWaitForListInFlight: with the server ignoring the
+// selector, shards gained (and one released) while the first list of
+// everything is in flight do not restart it; they are listed once it is
+// in, by one more list. Restarting at each gain threw the list away each
+// time, and at 100,000 objects, where a list takes tens of seconds and a
+// settling ring gains shards more often, no list ever finished.
+func TestClientGainsWaitForListInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fx := newFixture(t, false, nil)
+		release := fx.lw.Hold("")
+		fx.inf.SetShards([]int{0})
+		fx.run(t)
+		time.Sleep(time.Second)
+		fx.inf.SetShards([]int{0, 1})
+		time.Sleep(time.Second)
+		fx.inf.SetShards([]int{0, 1, 2})
+		time.Sleep(time.Second)
+		fx.inf.SetShards([]int{0, 2})
+		time.Sleep(time.Second)
+		if n := fx.lw.Lists(""); n != 1 {
+			t.Errorf("%d lists of everything started while the first was in flight; want 1: gains wait for it", n)
+		}
+		release()
+		time.Sleep(5 * time.Second)
+		if n := fx.lw.Lists(""); n != 2 {
+			t.Errorf("%d lists of everything; want 2: the first, and one for the shards gained during it", n)
+		}
+		for s := range shards {
+			if want := s == 0 || s == 2; fx.inf.Synced(s) != want {
+				t.Errorf("Synced(%d) %v, want %v", s, fx.inf.Synced(s), want)
+			}
+		}
+		if got := fx.cached(); got[0] != fx.perShard[0] || got[2] != fx.perShard[2] || got[1]+got[3] > 0 {
+			t.Errorf("cached by shard %v, want shards 0 and 2 of %v", got, fx.perShard)
+		}
+	})
+}
+
 // expireOnce answers the next resumed watch of one selector with 410
 // Gone, as a server whose watch cache no longer has the version does: the
 // Reflector of that shard lists it again.

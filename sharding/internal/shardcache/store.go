@@ -13,6 +13,12 @@ type feed struct {
 	shard  int
 	sel    string // the ShardSelector its requests carry; "" in client mode
 	cancel context.CancelFunc
+	// covers are the shards the one feed of client mode (and merged)
+	// fills: those held when it started, less those released since (it
+	// dropped their objects from then on). nil for a shard's feed.
+	covers []bool
+	// listed is set once its first list is in the store. inf.mu.
+	listed bool
 }
 
 // feedStore is the cache.ReflectorStore of feed f: it applies f's changes
@@ -151,8 +157,15 @@ func (inf *Informer) replace(f *feed, items []any, rv string) {
 		inf.synced[s] = true
 	}
 	inf.lastRV = rv
+	first := !f.listed
+	f.listed = true
 	inf.latch()
 	inf.setObjects()
+	if first && f.covers != nil {
+		// Shards gained while this list was in flight wait for it (see
+		// follow): their list starts now.
+		inf.follow()
+	}
 	inf.mu.Unlock()
 	if newly && inf.cfg.Synced != nil {
 		inf.cfg.Synced()
