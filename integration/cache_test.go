@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,10 +25,31 @@ import (
 // and that the mode it chose is the server's: FilterServer if a sharded
 // LIST comes back with ListMeta.ShardInfo (the ShardedListAndWatch gate
 // on), FilterClient otherwise. Then one replica leaves and the other
-// caches everything.
+// caches everything. With the gate on and off, and with the replicas'
+// clients speaking JSON and protobuf (as kube-controller-manager's do for
+// built-in types: the watch-list stream, its bookmarks and the sharded
+// LIST's ShardInfo decode differently).
 func TestShardedCache(t *testing.T) {
+	for _, gate := range []bool{true, false} {
+		for _, contentType := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
+			name := fmt.Sprintf("gate=%v/%s", map[bool]string{true: "on", false: "off"}[gate], contentType[strings.LastIndex(contentType, "/")+1:])
+			t.Run(name, func(t *testing.T) {
+				if !gate {
+					withoutShardedListAndWatch(t)
+				}
+				testShardedCache(t, contentType)
+			})
+		}
+	}
+}
+
+func testShardedCache(t *testing.T, contentType string) {
 	const shards, objects = 8, 200
 	client, err := kubernetes.NewForConfig(server.restConfig())
+	require.NoError(t, err)
+	cfg := server.restConfig()
+	cfg.ContentType = contentType
+	replicaClient, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	ns := createNamespace(t, client, "cache")
 	for i := range objects {
@@ -62,9 +84,9 @@ func TestShardedCache(t *testing.T) {
 	start := func(id string) *rep {
 		q := workqueue.NewRateLimitingQueue(workqueue.NewItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second))
 		r, err := sharding.New(sharding.Config{
-			Client: client, Namespace: ns, Name: "cache", Identity: id, Shards: shards,
+			Client: replicaClient, Namespace: ns, Name: "cache", Identity: id, Shards: shards,
 			Object:        &corev1.ConfigMap{},
-			ListerWatcher: cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "configmaps", ns, fields.Everything()),
+			ListerWatcher: cache.NewListWatchFromClient(replicaClient.CoreV1().RESTClient(), "configmaps", ns, fields.Everything()),
 			Queue:         q,
 			LeaseDuration: 4 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond, GracePeriod: time.Second,
 		})

@@ -270,34 +270,11 @@ func testMoveCache(t *testing.T, clientFilter bool) {
 	time.Sleep(4 * retryPeriod)
 	mb := rg.members[b]
 
-	// Every object's shard, from the server.
-	shardOf := map[string]int{}
-	list, err := rg.objs.AppsV1().Deployments(objectsNS).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range list.Items {
-		shardOf[d.Namespace+"/"+d.Name] = sharding.ShardOf(sharding.Hash(string(d.UID)), shards)
-	}
+	shardOf := rg.shardOfKeys()
 	for _, m := range []*member{ma, mb} {
 		held := m.r.Shards()
-		want := 0
-		for _, s := range shardOf {
-			if slices.Contains(held, s) {
-				want++
-			}
-		}
 		keys := m.r.Informer().GetStore().ListKeys()
-		foreign := 0
-		for _, k := range keys {
-			if !slices.Contains(held, shardOf[k]) {
-				foreign++
-			}
-		}
-		if len(keys) != want || foreign > 0 {
-			t.Errorf("%s holds shards %v and caches %d objects, %d of other shards; want the %d of its shards", m.id, held, len(keys), foreign, want)
-			t.Logf("%s: %s", m.id, sharding.DebugState(m.r))
-		}
+		checkCacheExact(t, m, shardOf)
 		g := gauges[m.id]
 		wantMode := map[bool]float64{false: 1, true: 0}[clientFilter]
 		if g[0].get() != wantMode || int(g[1].get()) != len(held) || int(g[2].get()) != len(keys) {
@@ -347,6 +324,103 @@ func testMoveCache(t *testing.T, clientFilter bool) {
 	}
 	t.Logf("FIGURES cache move, server filtering: %d shard LISTs in all for %d shards and one move of %d; giver %d watches open (%d started), taker %d open (%d started)",
 		listed, shards, len(mb.r.Shards()), open, started, openB, startedB)
+}
+
+// shardOfKeys returns every object's shard, from the server.
+func (rg *ring) shardOfKeys() map[string]int {
+	shardOf := map[string]int{}
+	list, err := rg.objs.AppsV1().Deployments(objectsNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		rg.t.Fatal(err)
+	}
+	for _, d := range list.Items {
+		shardOf[d.Namespace+"/"+d.Name] = sharding.ShardOf(sharding.Hash(string(d.UID)), rg.shards)
+	}
+	return shardOf
+}
+
+// checkCacheExact fails t unless m's informer caches exactly the objects
+// of the shards m holds (shardOf: every object's shard).
+func checkCacheExact(t *testing.T, m *member, shardOf map[string]int) {
+	t.Helper()
+	held := m.r.Shards()
+	want := 0
+	for _, s := range shardOf {
+		if slices.Contains(held, s) {
+			want++
+		}
+	}
+	keys := m.r.Informer().GetStore().ListKeys()
+	foreign := 0
+	for _, k := range keys {
+		if !slices.Contains(held, shardOf[k]) {
+			foreign++
+		}
+	}
+	if len(keys) != want || foreign > 0 {
+		t.Errorf("%s holds shards %v and caches %d objects, %d of other shards; want the %d of its shards", m.id, held, len(keys), foreign, want)
+		t.Logf("%s: %s", m.id, sharding.DebugState(m.r))
+	}
+}
+
+// TestLapseKeepsShardsWarm: a replica whose renewals fail past
+// RenewDeadline (as when an overloaded API server answers none in time)
+// loses its session and every shard; healed, it joins again and takes
+// them back. Its informer keeps filling them meanwhile, without admitting
+// a key (keepWarm, decide.go): taking them back lists nothing, in both
+// modes. Before, the lapse emptied the cache and the return listed every
+// shard again (client mode: every object of the resource), which at
+// 100,000 objects and 16 replicas overloaded the server into the next
+// round of lapses.
+//
+// Then a second replica joins and the first is cut off past
+// LeaseDuration: the second fences it and takes every shard, and the
+// first, healed, no longer caches the shards it lost, since the view
+// shows another member holding them (not only once the warm time ends).
+func TestLapseKeepsShardsWarm(t *testing.T) {
+	for _, clientFilter := range []bool{false, true} {
+		t.Run(map[bool]string{false: "server", true: "client"}[clientFilter], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rg := newRing(t, 8, 200)
+				rg.clientFilter = clientFilter
+				defer rg.stopAll()
+				a := rg.start(false)
+				rg.waitBalanced(leaseDuration)
+				time.Sleep(retryPeriod)
+				ma := rg.members[a]
+				shardOf := rg.shardOfKeys()
+				ma.lw.Reset()
+
+				rg.leases.CutOff(a, true)
+				time.Sleep(renewDeadline + retryPeriod)
+				if held := ma.r.Shards(); len(held) > 0 {
+					t.Fatalf("%s still admits shards %v after RenewDeadline without a renewal", a, held)
+				}
+				for k := range shardOf {
+					if ma.r.Owns(k) {
+						t.Fatalf("%s owns %s while its session is over: a warm shard was admitted", a, k)
+					}
+				}
+				rg.leases.CutOff(a, false)
+				rg.waitBalanced(leaseDuration)
+				time.Sleep(retryPeriod)
+				if n := ma.lw.TotalLists(); n > 0 {
+					t.Errorf("%s listed %d times to take back the shards its lapsed session held; want none: they stay warm", a, n)
+				}
+				checkCacheExact(t, ma, shardOf)
+
+				b := rg.start(false)
+				rg.waitBalanced(leaseDuration)
+				rg.leases.CutOff(a, true)
+				rg.waitTaken(a, 2*leaseDuration)
+				rg.leases.CutOff(a, false)
+				rg.waitBalanced(2 * leaseDuration)
+				time.Sleep(retryPeriod)
+				checkCacheExact(t, ma, shardOf)
+				checkCacheExact(t, rg.members[b], shardOf)
+			})
+		})
+	}
 }
 
 // TestServerStopsFiltering flips the server from honouring the shard

@@ -124,16 +124,70 @@ func (b balance) share(k int) int {
 // deficit is how many shards the member at position k is short of.
 func (b balance) deficit(k int) int { return max(0, b.share(k)-b.held[b.ids[k]]) }
 
+// deal deals b's free shards out to the members short of their share,
+// by position in b.ids, each sorted.
+//
+// A free shard whose Lease still names a member of v (an earlier session
+// of it: its session lapsed, and it joined again) is kept for that
+// member: up to its deficit once its new session counts, and all of them
+// while its join, the first after a confirmed session (rejoined), does
+// not count yet (its first renewal is a period away). A member whose
+// joins go unanswered writes a new one each period, which is not
+// rejoined: its shards are dealt, as those of a member not in v. The
+// others are dealt in identity order: the member at position k takes
+// those after the deficits of the members before it. Without the first
+// rule, a lapse reshuffled the ring: in the tick before the rejoined
+// member counted, the others' shares grew, they took its shards, then
+// gave them up again; and each shard that lands elsewhere costs a list,
+// where the member that lapsed still has it cached (keepWarm). Under an
+// overloaded API server (16 replicas over 100,000 objects, each list
+// tens of seconds) lapses, reshuffles and their lists fed each other and
+// the ring never settled.
+func (b balance) deal(v *view) [][]int {
+	pos := make(map[string]int, len(b.ids))
+	need := make([]int, len(b.ids))
+	for k, id := range b.ids {
+		pos[id] = k
+		need[k] = b.deficit(k)
+	}
+	out := make([][]int, len(b.ids))
+	var rest []int
+	for _, i := range b.free {
+		h := v.shards[i].holder
+		if _, member := v.members[h]; h == "" || !member {
+			rest = append(rest, i)
+			continue
+		}
+		k, counted := pos[h]
+		switch {
+		case !counted && v.members[h].rejoined: // kept until its session counts
+		case !counted:
+			rest = append(rest, i)
+		case need[k] > 0:
+			out[k] = append(out[k], i)
+			need[k]--
+		default:
+			rest = append(rest, i)
+		}
+	}
+	for k := range out {
+		n := min(need[k], len(rest))
+		out[k] = append(out[k], rest[:n]...)
+		rest = rest[n:]
+		slices.Sort(out[k])
+	}
+	return out
+}
+
 // moves decides how self moves towards its share of b: the shards it
 // starts draining (from active, the shards whose keys it admits; draining
 // are those it is giving up already), and the free shards it acquires.
 //
 // A member over its share gives up as many shards as the others are
 // waiting for (their deficits beyond the free shards), the last of its
-// active ones. A member under its share takes free shards, dealt out in
-// identity order: the member at position k takes the free shards after
-// the deficits of the members before it, so replicas working from the
-// same view never race for the same shard. It takes none before its third
+// active ones. A member under its share takes the free shards deal gives
+// it, so replicas working from the same view never race for the same
+// shard. It takes none before its third
 // tick (aliveFor ≥ 3): the others count it from its first renewal, its
 // second tick, so a newcomer waits one more tick to see the renewals of
 // the members that started with it, and replicas started together deal
@@ -159,15 +213,7 @@ func moves(v *view, b balance, self string, aliveFor int, active, draining []int
 	if aliveFor < 3 {
 		return nil, nil
 	}
-	offset := 0
-	for k := range me {
-		offset += b.deficit(k)
-	}
-	want := b.deficit(me)
-	if offset >= len(b.free) || want == 0 {
-		return nil, nil
-	}
-	for _, i := range b.free[offset:min(len(b.free), offset+want)] {
+	for _, i := range b.deal(v)[me] {
 		if failed[i] == versionOf(v.shards[i]) {
 			continue // failed at this version: wait for a newer one, or the next tick
 		}
@@ -247,6 +293,31 @@ func adoptShard(s shardInfo, self string, alive bool, session string, state uint
 		return adoptDraining
 	}
 	return adoptKeep
+}
+
+// keepWarm reports whether this replica keeps filling shard s (its Lease
+// as the view shows it), which it does not hold, because its session
+// ended while it held it, at lapsedAt (zero if it did not); and until when
+// at most. A session lapses when the API server answers no renewal within
+// RenewDeadline, mostly under load, and the replica, joined again, usually
+// takes the same shards back a few ticks later: refilling them would cost
+// a list of every object of the resource (client mode) or of each shard,
+// and a burst of lists is what overloads the server in the first place
+// (16 replicas over 100,000 objects did not settle in 15 minutes,
+// sessions lapsing at each round of lists). So a lost shard stays in the
+// informers, fed and synced but not admitted, until another member holds
+// it (someone else's session names it in the view) or ttl has passed.
+// Admission never depends on it: a key runs only in a shard held in a
+// live session.
+func keepWarm(s shardInfo, self string, lapsedAt, now time.Time, ttl time.Duration) (bool, time.Time) {
+	until := lapsedAt.Add(ttl)
+	if lapsedAt.IsZero() || !now.Before(until) {
+		return false, time.Time{}
+	}
+	if s.exists && s.holder != "" && s.holder != self {
+		return false, time.Time{}
+	}
+	return true, until
 }
 
 // mayRelease reports whether the draining shard whose Lease the view shows

@@ -18,16 +18,19 @@ import (
 var t0 = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // testView builds a view: members by identity ("id" confirmed, "id?" a
-// join, each in session "s-id"), and shards by holder ("" free; "id/x" the
+// join, "id!" a join after a confirmed session, each in session "s-id"), and shards by holder ("" free; "id/x" the
 // holder in another session).
 func testView(members []string, holders []string) *view {
 	v := &view{members: make(map[string]memberInfo)}
 	for i, m := range members {
-		id, join := m, false
-		if id[len(id)-1] == '?' {
+		id, join, rejoin := m, false, false
+		switch id[len(id)-1] {
+		case '?':
 			id, join = id[:len(id)-1], true
+		case '!':
+			id, join, rejoin = id[:len(id)-1], true, true
 		}
-		v.members[id] = memberInfo{ref: leaseRef{uid: types.UID("m-" + id), rv: string(rune('a' + i))}, session: "s-" + id, confirmed: !join, at: t0}
+		v.members[id] = memberInfo{ref: leaseRef{uid: types.UID("m-" + id), rv: string(rune('a' + i))}, session: "s-" + id, confirmed: !join, rejoined: rejoin, at: t0}
 	}
 	for i, h := range holders {
 		s := shardInfo{exists: true, ref: leaseRef{uid: "u", rv: string(rune('A' + i))}}
@@ -118,6 +121,24 @@ func TestMoves(t *testing.T) {
 		{name: "a write failed at an older version is",
 			members: []string{"a", "b"}, holders: []string{"", "", "", "", "", "", "", ""},
 			self: "a", aliveFor: 3, failed: []string{"", "A", "", "", "", "", "", ""}, acquire: []int{0, 1, 2, 3}},
+		{name: "free shards still naming a member go back to it (b)",
+			members: []string{"a", "b"}, holders: []string{"b/x", "b/x", "a/x", "a/x", "", "", "", ""},
+			self: "b", aliveFor: 3, acquire: []int{0, 1, 6, 7}},
+		{name: "free shards still naming a member go back to it (a)",
+			members: []string{"a", "b"}, holders: []string{"b/x", "b/x", "a/x", "a/x", "", "", "", ""},
+			self: "a", aliveFor: 3, acquire: []int{2, 3, 4, 5}},
+		{name: "a member's lapsed shards beyond its deficit are dealt",
+			members: []string{"a", "b"}, holders: []string{"b/x", "b/x", "b/x", "b/x", "b/x", "b/x", "", ""},
+			self: "a", aliveFor: 3, acquire: []int{4, 5, 6, 7}},
+		{name: "kept for a rejoined member until its session counts",
+			members: []string{"a", "b!"}, holders: []string{"b/x", "b/x", "b/x", "b/x", "", "", "", ""},
+			self: "a", aliveFor: 3, acquire: []int{4, 5, 6, 7}},
+		{name: "not kept for a member whose joins go unanswered",
+			members: []string{"a", "b?"}, holders: []string{"b/x", "b/x", "b/x", "b/x", "", "", "", ""},
+			self: "a", aliveFor: 3, acquire: []int{0, 1, 2, 3, 4, 5, 6, 7}},
+		{name: "naming no member any more (fenced): dealt",
+			members: []string{"a", "b"}, holders: []string{"c/x", "c/x", "c/x", "c/x", "", "", "", ""},
+			self: "a", aliveFor: 3, acquire: []int{0, 1, 2, 3}},
 		{name: "not a counted member: nothing",
 			members: []string{"a", "b?"}, holders: []string{"", "", "", "", "", "", "", ""},
 			self: "b", aliveFor: 9},
@@ -239,6 +260,30 @@ func TestRelease(t *testing.T) {
 	} {
 		if got := drainStep(tc.s, tc.now); got != tc.want {
 			t.Errorf("%s: drainStep %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestKeepWarm(t *testing.T) {
+	const ttl = 30 * time.Second
+	lapsed := t0.Add(-10 * time.Second)
+	for _, tc := range []struct {
+		name      string
+		s         shardInfo
+		lapsedAt  time.Time
+		want      bool
+		wantUntil time.Time
+	}{
+		{"never lapsed", shardInfo{exists: true}, time.Time{}, false, time.Time{}},
+		{"free", shardInfo{exists: true}, lapsed, true, lapsed.Add(ttl)},
+		{"Lease gone", shardInfo{}, lapsed, true, lapsed.Add(ttl)},
+		{"our old session still named", shardInfo{exists: true, holder: "a", session: "old"}, lapsed, true, lapsed.Add(ttl)},
+		{"held by another member", shardInfo{exists: true, holder: "b", session: "s-b"}, lapsed, false, time.Time{}},
+		{"ttl over", shardInfo{exists: true}, t0.Add(-ttl), false, time.Time{}},
+	} {
+		got, until := keepWarm(tc.s, "a", tc.lapsedAt, t0, ttl)
+		if got != tc.want || !until.Equal(tc.wantUntil) {
+			t.Errorf("%s: keepWarm %v until %v, want %v until %v", tc.name, got, until, tc.want, tc.wantUntil)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"strconv"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,5 +78,51 @@ func TestRingViewReplace(t *testing.T) {
 	case <-g.synced:
 	default:
 		t.Fatal("the first Replace marks the view synced")
+	}
+}
+
+// TestRingViewRejoined: a join (acquireTime = renewTime) is marked
+// rejoined when the view's previous version of that member was a
+// confirmed session, or the same rejoined session; a second join in a new
+// session (the first went unanswered) is not, nor is a newcomer's.
+func TestRingViewRejoined(t *testing.T) {
+	g := newRingView("r", 1)
+	start := metav1.NewMicroTime(t0)
+	rv := 0
+	write := func(id, session string, join bool) memberInfo {
+		t.Helper()
+		rv++
+		renew := metav1.NewMicroTime(t0.Add(time.Duration(rv) * time.Second))
+		if join {
+			renew = start
+		}
+		le := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: "r-member-" + id, ResourceVersion: strconv.Itoa(rv),
+				Labels: map[string]string{LabelRole: roleMember}, Annotations: map[string]string{AnnotationSession: session}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, AcquireTime: &start, RenewTime: &renew},
+		}
+		if err := g.Update(le); err != nil {
+			t.Fatal(err)
+		}
+		return g.members[id]
+	}
+	for _, step := range []struct {
+		name          string
+		session       string
+		join          bool
+		wantConfirmed bool
+		wantRejoined  bool
+	}{
+		{"newcomer's join", "s1", true, false, false},
+		{"its renewal", "s1", false, true, false},
+		{"join after the lapse", "s2", true, false, true},
+		{"the same join again", "s2", true, false, true},
+		{"unanswered: another join", "s3", true, false, false},
+		{"renewal of the new session", "s3", false, true, false},
+	} {
+		m := write("a", step.session, step.join)
+		if m.confirmed != step.wantConfirmed || m.rejoined != step.wantRejoined {
+			t.Errorf("%s: confirmed %v rejoined %v, want %v %v", step.name, m.confirmed, m.rejoined, step.wantConfirmed, step.wantRejoined)
+		}
 	}
 }

@@ -149,7 +149,7 @@ func (r *Replica) Run(ctx context.Context) error {
 			}
 			wakeAt = earliest(wakeAt, r.leaveBy)
 		}
-		wakeAt = earliest(earliest(earliest(wakeAt, next), r.fenceAt), permsDue)
+		wakeAt = earliest(earliest(earliest(earliest(wakeAt, next), r.fenceAt), permsDue), r.warmUntil)
 		timer.Reset(time.Until(wakeAt))
 	}
 }
@@ -249,6 +249,7 @@ func (r *Replica) decide(ctx context.Context, tick bool) {
 	r.ring.snapshot(v)
 	r.fence(ctx, v, time.Now())
 	if !r.runs.adopt(v, r.cfg.Identity, r.tried.unknown, time.Now()) {
+		klog.V(2).InfoS("sharding: the ring no longer shows this replica's session: its shards are lost", "ring", r.cfg.Name, "identity", r.cfg.Identity)
 		r.lose(true)
 		return
 	}
@@ -283,6 +284,7 @@ func (r *Replica) fence(ctx context.Context, v *view, now time.Time) {
 		ref := v.members[id].ref
 		err := r.io.deleteMember(ctx, id, ref)
 		if err == nil || apierrors.IsNotFound(err) {
+			klog.V(2).InfoS("sharding: fenced a member that stopped renewing", "ring", r.cfg.Name, "identity", r.cfg.Identity, "member", id)
 			delete(v.members, id)
 			r.ring.forget(id, ref)
 			continue
@@ -307,6 +309,7 @@ func (r *Replica) acquire(ctx context.Context, i int, s shardInfo, session strin
 	}
 	r.ring.upsert(out) // our write, from the server's answer
 	r.runs.acquired(i, session)
+	klog.V(2).InfoS("sharding: acquired a shard", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shard", i)
 }
 
 // progress releases the draining shards whose runs have all returned and
@@ -340,6 +343,7 @@ func (r *Replica) progress(api context.Context) time.Time {
 		}
 		r.ring.upsert(out) // our write, from the server's answer
 		r.runs.released(i)
+		klog.V(2).InfoS("sharding: released a shard", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shard", i)
 	}
 	return wakeAt
 }

@@ -3,6 +3,8 @@ package sharding
 import (
 	"context"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // This file is the replica's session: the tick's write of its membership
@@ -37,6 +39,7 @@ func (r *Replica) renew(ctx context.Context) {
 	}
 	out, err := r.io.writeMember(ctx, r.member, session, start, sent)
 	if err != nil {
+		klog.V(2).InfoS("sharding: membership renewal failed", "ring", r.cfg.Name, "identity", r.cfg.Identity, "err", err)
 		if r.memberLost(ctx, err) && alive {
 			r.lose(true)
 		}
@@ -53,7 +56,10 @@ func (r *Replica) renew(ctx context.Context) {
 	}
 	deadline := sent.Add(r.cfg.RenewDeadline)
 	if r.expire == nil {
-		r.expire = time.AfterFunc(time.Until(deadline), func() { r.lose(false) })
+		r.expire = time.AfterFunc(time.Until(deadline), func() {
+			klog.V(2).InfoS("sharding: no renewal answered within RenewDeadline: stops admitting keys", "ring", r.cfg.Name, "identity", r.cfg.Identity)
+			r.lose(false)
+		})
 	} else {
 		r.expire.Reset(time.Until(deadline))
 	}

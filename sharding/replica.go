@@ -131,14 +131,15 @@ type Replica struct {
 	perms permissions // refused requests (forbidden.go)
 
 	// Touched only by the loop goroutine (Run, loop.go and member.go).
-	expire   *time.Timer // calls lose at the session's deadline
-	member   leaseRef    // our membership Lease as last written or read; zero if unknown
-	v        view        // the ring for the decision being taken (a copy of ring)
-	fenceAt  time.Time   // the next time a member may be fenced; zero if none
-	tried    tried       // writes that failed since the last tick (decide.go)
-	prev     []int       // the admitted shards at the last sync
-	aliveFor int         // ticks since the session began
-	jitter   *rand.Rand  // draws each period's jitter (see period)
+	expire    *time.Timer // calls lose at the session's deadline
+	member    leaseRef    // our membership Lease as last written or read; zero if unknown
+	v         view        // the ring for the decision being taken (a copy of ring)
+	fenceAt   time.Time   // the next time a member may be fenced; zero if none
+	warmUntil time.Time   // the next time a warm shard expires (sync.go); zero if none
+	tried     tried       // writes that failed since the last tick (decide.go)
+	prev      []int       // the admitted shards at the last sync
+	aliveFor  int         // ticks since the session began
+	jitter    *rand.Rand  // draws each period's jitter (see period)
 	// sessionStart is when the join that started the session was sent:
 	// the acquireTime of every renewal of the session.
 	sessionStart time.Time
@@ -190,7 +191,9 @@ func New(cfg Config) (*Replica, error) {
 // Informer returns the sharded informer of Config.Object: it holds only
 // the objects of the shards the replica holds, each from when its first
 // LIST is in (a shard's keys are admitted only then) until it is released
-// (its objects then leave the store without Delete events). Read its
+// (its objects then leave the store without Delete events), and, after
+// its session lapsed, the shards it held then, until another replica
+// holds them (README, Cache: "A lapse keeps the cache"). Read its
 // store, indexer or a lister built on it; Run runs it when it was built
 // from Config.ListerWatcher. It is nil while Config.ListerWatcher is nil
 // and NewInformer has not built it yet.

@@ -34,6 +34,10 @@ type memberInfo struct {
 	// its session (renewTime = acquireTime), whose writer has not yet been
 	// answered. See counts (decide.go).
 	confirmed bool
+	// rejoined is true for a join whose previous version, as this view
+	// saw it, was a confirmed session of the same member: the member's
+	// session lapsed and it joined again (see deal, decide.go).
+	rejoined bool
 	// at is when this replica first saw the Lease at ref: when the watch
 	// delivered that version (or a list returned it). A member is fenced
 	// LeaseDuration after that, if ref has not changed since.
@@ -210,6 +214,7 @@ func (g *ringView) setLocked(p parsed, now time.Time) bool {
 		return false
 	}
 	p.m.at = now
+	p.m.rejoined = ok && !p.m.confirmed && (cur.confirmed || cur.rejoined && cur.session == p.m.session)
 	g.members[p.member] = p.m
 	return !ok || cur.session != p.m.session || cur.confirmed != p.m.confirmed
 }

@@ -64,6 +64,9 @@ type ledger struct {
 	informers []*informer
 	infGen    int // counts the changes of informers
 	filled    []bool
+	// lapsed[s] is when the session ended while shard s was held (zero
+	// if it was not, or s was held again since): see keepWarm.
+	lapsed []time.Time
 }
 
 func (b *ledger) init(shards int) {
@@ -71,6 +74,7 @@ func (b *ledger) init(shards int) {
 	b.flight = make(map[uint64]run)
 	b.gone = make(map[string]int)
 	b.filled = make([]bool, shards)
+	b.lapsed = make([]time.Time, shards)
 }
 
 // admitsLocked reports whether keys of shard s may start running at now:
@@ -184,6 +188,13 @@ func (b *ledger) lose(force bool, now time.Time) bool {
 	if !b.alive || (!force && now.Before(b.deadline)) {
 		return false
 	}
+	if !b.leaving {
+		for i := range b.state {
+			if b.state[i].state != shardFree {
+				b.lapsed[i] = now
+			}
+		}
+	}
 	b.freeAllLocked()
 	clear(b.gone)
 	return true
@@ -246,6 +257,7 @@ func (b *ledger) leave() []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.leaving = true
+	clear(b.lapsed)
 	var out []int
 	for i := range b.state {
 		if b.state[i].state == shardActive {
@@ -297,6 +309,14 @@ func (b *ledger) states() (active, draining []int) {
 	return active, draining
 }
 
+// lapsedAt returns when the session ended while each shard was held (see
+// keepWarm), zero for the others.
+func (b *ledger) lapsedAt() []time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.lapsed)
+}
+
 // held returns the shards held, active or draining.
 func (b *ledger) held() []int {
 	b.mu.Lock()
@@ -328,6 +348,7 @@ func (b *ledger) adopt(v *view, self string, unknown []string, now time.Time) bo
 			b.cancelShardLocked(i, ErrLeaseLost)
 		case adoptActive:
 			st.state = shardActive
+			b.lapsed[i] = time.Time{}
 			unknown[i] = ""
 		case adoptDraining:
 			*st = shard{state: shardDraining, inflight: st.inflight, graceEnd: now}
@@ -344,6 +365,7 @@ func (b *ledger) acquired(i int, session string) {
 	defer b.mu.Unlock()
 	if b.alive && b.session == session && !b.leaving && b.state[i].state == shardFree {
 		b.state[i] = shard{state: shardActive, inflight: b.state[i].inflight}
+		b.lapsed[i] = time.Time{}
 	}
 }
 

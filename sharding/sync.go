@@ -2,8 +2,10 @@ package sharding
 
 import (
 	"slices"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // This file keeps the queue and the sharded informers in line with the
@@ -17,8 +19,9 @@ import (
 //     the queue, while their objects are still in the informers (a
 //     draining shard keeps its objects until it is released).
 //  2. Every running sharded informer follows the held shards (active or
-//     draining): it drops the objects of the released ones, without
-//     events, and starts filling the gained ones.
+//     draining) and the warm ones (lost with a lapsed session, see
+//     keepWarm): it drops the objects of the others, without events, and
+//     starts filling the gained ones.
 //  3. A held shard is filled once every running sharded informer has
 //     synced it; a shard that becomes admitted (active and filled) has
 //     all its objects enqueued, since their events went to another
@@ -28,6 +31,7 @@ import (
 func (r *Replica) sync() {
 	r.admitted()
 	held := r.runs.held()
+	fill := r.warm(held)
 	infs, gen := r.runs.running()
 	// Nothing is filled until the primary informer runs: before that
 	// (controller-runtime has not started it yet), the cache lacks every
@@ -39,13 +43,33 @@ func (r *Replica) sync() {
 		}
 	}
 	for _, inf := range infs {
-		inf.SetShards(held)
+		inf.SetShards(fill)
 		for _, s := range held {
 			filled[s] = filled[s] && inf.Synced(s)
 		}
 	}
 	r.runs.setFilled(filled, gen)
 	r.admitted()
+}
+
+// warm returns the shards the informers fill: held, and those kept warm
+// (keepWarm, decide.go); it sets r.warmUntil to when the first warm one
+// expires (zero if none), for the loop to wake then and drop it.
+func (r *Replica) warm(held []int) []int {
+	fill := slices.Clone(held)
+	r.warmUntil = time.Time{}
+	now := time.Now()
+	for s, at := range r.runs.lapsedAt() {
+		if at.IsZero() || slices.Contains(held, s) {
+			continue
+		}
+		if ok, until := keepWarm(r.ring.shard(s), r.cfg.Identity, at, now, 2*r.cfg.LeaseDuration); ok {
+			fill = append(fill, s)
+			r.warmUntil = earliest(r.warmUntil, until)
+		}
+	}
+	slices.Sort(fill)
+	return fill
 }
 
 // admitted compares the admitted shards with those of the last call: it
@@ -59,6 +83,7 @@ func (r *Replica) admitted() {
 	if len(gained)+len(lost) == 0 {
 		return
 	}
+	klog.V(2).InfoS("sharding: admitted shards changed", "ring", r.cfg.Name, "identity", r.cfg.Identity, "admitted", now, "gained", gained, "lost", lost)
 	gone := r.runs.dropGone(lost)
 	if inf := r.primaryInformer(); inf != nil {
 		each := func(shards []int, do func(key string)) {
