@@ -11,8 +11,8 @@
 //     its ListerWatcher adding the shard's KEP-5866 ShardSelector. Gaining
 //     a shard starts its Reflector, releasing one stops it: the other
 //     shards' Reflectors are never touched, so shards that did not move are
-//     not listed again, and a move costs the server one stream (or list) of
-//     the moved shard's objects.
+//     not listed again, and a move costs the server one paged list of the
+//     moved shard's objects.
 //   - Where it does not (client mode: the ShardedListAndWatch gate is off,
 //     or the server is older), one Reflector for the whole resource that
 //     keeps only the held shards' objects. Gaining shards restarts it, once
@@ -20,19 +20,18 @@
 //     were dropped, and a server that ignores the selector can give them no
 //     other way); releasing one only drops its objects.
 //
-// The Reflector brings what a hand-written loop lacked: the initial list is
-// a watch-list stream (KEP-3157) where the server offers it, else a paged
-// LIST; it follows bookmarks, relists on 410 Gone and backs off on
-// failures. A move in client mode therefore costs the server a stream, not
-// a whole LIST built in its memory.
+// The Reflector brings what a hand-written loop lacked: it lists by pages,
+// follows bookmarks, relists on 410 Gone and backs off on failures. Each
+// list is a paged, consistent read (listwatch.go says why pages and not a
+// watch-list stream): a move in client mode costs the server pages from
+// its watch cache, not a LIST of every object built in its memory.
 //
 // # What the Reflector does not offer, and the code it forces
 //
 //   - Filtering before accumulation (listwatch.go): each Reflector's
 //     ListerWatcher drops the objects of shards it does not fill from every
-//     LIST page and every watch event, so neither the Reflector's temporary
-//     store of a watch-list stream nor the pager's accumulated list ever
-//     holds another shard's object. The same filter is the client-side
+//     LIST page and every watch event, so the pager's accumulated list
+//     never holds another shard's object. The same filter is the client-side
 //     filter of both modes: a server that stops honouring the selector (or
 //     a proxy that drops it) never puts a foreign object in the store.
 //   - A store confined to its shards (store.go): several Reflectors feed one
@@ -41,9 +40,8 @@
 //     updates and deletes as an informer would, for its shards only: a
 //     shard's relist never touches another shard's objects.
 //   - Mode detection (mode.go): a LIST of at most one object tells whether
-//     the server echoes ListMeta.ShardInfo; a sharded LIST without it, or a
-//     sharded initial stream carrying another shard's object, switches the
-//     informer to client mode.
+//     the server echoes ListMeta.ShardInfo; a sharded LIST without it
+//     switches the informer to client mode.
 //
 // # Guarantees
 //

@@ -26,8 +26,8 @@ const (
 // probe decides the mode: a LIST of at most one object with a selector
 // that matches everything tells whether the server echoes ShardInfo. It
 // retries until it has an answer or ctx ends, then starts the feeds of the
-// shards held by then. (The Reflector cannot tell: a watch-list stream has
-// no ListMeta.)
+// shards held by then. (The Reflector cannot tell: it does not show the
+// LIST's ListMeta.)
 func (inf *Informer) probe(ctx context.Context) {
 	sel := inf.cfg.Selector(allOf(inf.cfg.Shards))
 	backoff := minBackoff
@@ -191,6 +191,10 @@ func (inf *Informer) start(s int) {
 	}
 	r := cache.NewReflectorWithOptions(&feedLW{inf: inf, f: f}, inf.cfg.Object, &feedStore{inf: inf, f: f},
 		cache.ReflectorOptions{Name: "sharding/" + name, TypeDescription: inf.name})
+	// Relists (after a watch failed) resume from a resourceVersion, which
+	// the Reflector lists unpaged unless told a page size: every object
+	// of the resource in one response, in client mode.
+	r.WatchListPageSize = pageSize
 	inf.wg.Go(func() { r.RunWithContext(ctx) })
 }
 

@@ -2,6 +2,7 @@ package shardcache_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -194,54 +195,142 @@ func TestHasSyncedMonotonic(t *testing.T) {
 	}
 }
 
-// noWatchList makes the Reflector list by pages instead of streaming, as
-// for a server without watch-list.
-type noWatchList struct{ *fakeshards.ListerWatcher }
+// listOpts records the options of every LIST but the probe (Limit 1),
+// and whether a watch asked for a watch-list stream.
+type listOpts struct {
+	*fakeshards.ListerWatcher
+	mu       sync.Mutex
+	lists    []metav1.ListOptions
+	streamed bool
+}
 
-func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+func (l *listOpts) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if opts.Limit != 1 {
+		l.mu.Lock()
+		l.lists = append(l.lists, opts)
+		l.mu.Unlock()
+	}
+	return l.ListerWatcher.ListWithContext(ctx, opts)
+}
+
+func (l *listOpts) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if opts.SendInitialEvents != nil {
+		l.mu.Lock()
+		l.streamed = true
+		l.mu.Unlock()
+	}
+	return l.ListerWatcher.WatchWithContext(ctx, opts)
+}
 
 // TestClientFilterGain: with the server ignoring the selector, a gain of
 // three shards in one SetShards restarts the one Reflector once (one more
 // list of everything), and neither the first list nor that one hands the
 // Reflector's store an object of a shard not held: the ListerWatcher drops
-// them from every page and event first. Streamed (watch-list) and listed.
+// them from every page and event first. Every list is paged (Limit 500)
+// and a consistent read (resourceVersion ""): with "0", the Reflector's
+// default, the API server's watch cache ignores the Limit and sends every
+// object in one response. No watch asks for a watch-list stream.
 func TestClientFilterGain(t *testing.T) {
-	for _, stream := range []bool{true, false} {
-		t.Run(map[bool]string{true: "stream", false: "list"}[stream], func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var wrap func(*fakeshards.ListerWatcher) cache.ListerWatcher
-				if !stream {
-					wrap = func(lw *fakeshards.ListerWatcher) cache.ListerWatcher { return noWatchList{lw} }
-				}
-				fx := newFixture(t, false, wrap)
-				fx.inf.SetShards([]int{2})
-				fx.run(t)
-				time.Sleep(time.Second)
-				if got := fx.cached(); got[2] != fx.perShard[2] || got[0]+got[1]+got[3] > 0 {
-					t.Fatalf("cached by shard %v, want shard 2 of %v", got, fx.perShard)
-				}
-				fx.inf.SetShards([]int{0, 1, 2, 3})
-				time.Sleep(5 * time.Second)
-				if got := fx.cached(); got != fx.perShard {
-					t.Errorf("cached by shard %v, want %v", got, fx.perShard)
-				}
-				for s := range shards {
-					if !fx.inf.Synced(s) {
-						t.Errorf("shard %d not synced", s)
-					}
-				}
-				if n := fx.lw.Lists(""); n != 2 {
-					t.Errorf("%d lists of everything; want 2: the first, and one for the three shards gained at once", n)
-				}
-				if n := shardcache.Foreign(fx.inf); n > 0 {
-					t.Errorf("the Reflector handed the store %d objects of shards not held", n)
-				}
-				if _, _, dels := fx.counts.snapshot(); dels != [shards]int{} {
-					t.Errorf("Delete events %v, though nothing was deleted", dels)
-				}
-			})
+	synctest.Test(t, func(t *testing.T) {
+		var rec *listOpts
+		fx := newFixture(t, false, func(lw *fakeshards.ListerWatcher) cache.ListerWatcher {
+			rec = &listOpts{ListerWatcher: lw}
+			return rec
 		})
+		fx.inf.SetShards([]int{2})
+		fx.run(t)
+		time.Sleep(time.Second)
+		if got := fx.cached(); got[2] != fx.perShard[2] || got[0]+got[1]+got[3] > 0 {
+			t.Fatalf("cached by shard %v, want shard 2 of %v", got, fx.perShard)
+		}
+		fx.inf.SetShards([]int{0, 1, 2, 3})
+		time.Sleep(5 * time.Second)
+		if got := fx.cached(); got != fx.perShard {
+			t.Errorf("cached by shard %v, want %v", got, fx.perShard)
+		}
+		for s := range shards {
+			if !fx.inf.Synced(s) {
+				t.Errorf("shard %d not synced", s)
+			}
+		}
+		if n := fx.lw.Lists(""); n != 2 {
+			t.Errorf("%d lists of everything; want 2: the first, and one for the three shards gained at once", n)
+		}
+		if n := shardcache.Foreign(fx.inf); n > 0 {
+			t.Errorf("the Reflector handed the store %d objects of shards not held", n)
+		}
+		if _, _, dels := fx.counts.snapshot(); dels != [shards]int{} {
+			t.Errorf("Delete events %v, though nothing was deleted", dels)
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if rec.streamed {
+			t.Errorf("a watch asked for a watch-list stream; want paged lists")
+		}
+		if len(rec.lists) == 0 {
+			t.Fatal("no LIST seen")
+		}
+		for _, o := range rec.lists {
+			if o.Limit != 500 || (o.Continue == "" && o.ResourceVersion != "") {
+				t.Errorf("LIST with Limit %d, resourceVersion %q, continue %q; want pages of 500 from a consistent read", o.Limit, o.ResourceVersion, o.Continue)
+			}
+		}
+	})
+}
+
+// failWatchOnce fails the next resumed watch with a 500, as a server
+// that restarts does: the Reflector lists again, from the resourceVersion
+// it had.
+type failWatchOnce struct {
+	*listOpts
+	armed atomic.Bool
+}
+
+func (f *failWatchOnce) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if f.armed.CompareAndSwap(true, false) {
+		return nil, apierrors.NewInternalError(errors.New("the server restarts"))
 	}
+	return f.listOpts.WatchWithContext(ctx, opts)
+}
+
+// TestRelistIsPaged: a relist after a failed watch, from a
+// resourceVersion, is paged too (the Reflector lists such a relist
+// unpaged unless told a page size: every object of the resource in one
+// response, in client mode).
+func TestRelistIsPaged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var rec *failWatchOnce
+		fx := newFixture(t, false, func(lw *fakeshards.ListerWatcher) cache.ListerWatcher {
+			rec = &failWatchOnce{listOpts: &listOpts{ListerWatcher: lw}}
+			return rec
+		})
+		fx.inf.SetShards([]int{0, 1})
+		fx.run(t)
+		time.Sleep(time.Second)
+		rec.mu.Lock()
+		before := len(rec.lists)
+		rec.mu.Unlock()
+		rec.armed.Store(true)
+		fx.lw.EndWatches()
+		time.Sleep(10 * time.Second) // the Reflector's backoff
+		if rec.armed.Load() {
+			t.Fatal("no watch resumed")
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		relists := rec.lists[before:]
+		if len(relists) == 0 {
+			t.Fatal("no relist after the failed watch")
+		}
+		for _, o := range relists {
+			if o.Limit != 500 {
+				t.Errorf("relist with Limit %d, resourceVersion %q; want pages of 500", o.Limit, o.ResourceVersion)
+			}
+		}
+		if got := fx.cached(); got[0] != fx.perShard[0] || got[1] != fx.perShard[1] || got[2]+got[3] > 0 {
+			t.Errorf("cached by shard %v, want shards 0 and 1 of %v", got, fx.perShard)
+		}
+	})
 }
 
 // TestClientGainsWaitForListInFlight: with the server ignoring the
