@@ -267,8 +267,13 @@ func (f *ListerWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) 
 // when honoured (and echoing it in ListMeta.ShardInfo) and the Limit: a
 // page ends with a Continue token (the last key returned) when more
 // objects follow. A LIST with Limit 1 is a probe; the first page of any
-// other LIST counts as one full LIST.
+// other LIST counts as one full LIST. A request whose context has ended
+// fails with its error, as client-go's do (a Reflector stopped while its
+// pager is between pages must not restart a closed server).
 func (f *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	sel := opts.ShardSelector
 	f.mu.Lock()
 	hold := f.held[sel]

@@ -35,6 +35,12 @@ func (f *Server) matcher(sel string) (func(runtime.Object) bool, error) {
 func (f *Server) start(ctx context.Context) error {
 	f.startMu.Lock()
 	defer f.startMu.Unlock()
+	// Checked under startMu: a request whose context ended before Close
+	// (a stopped Reflector's pager, which client-go leaves to finish on
+	// its own) fails here instead of starting a closed server again.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	running := f.shared != nil
 	f.mu.Unlock()

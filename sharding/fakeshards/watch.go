@@ -25,6 +25,9 @@ import (
 // without one, from now with every current object as an Added event. It
 // drops the events of objects outside the selector when honoured.
 func (c *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	f := c.srv
 	stream := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 	if stream {
