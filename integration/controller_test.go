@@ -98,6 +98,12 @@ func TestQueueDrivesController(t *testing.T) {
 	go func() {
 		runDone <- workqueue.Run(ctx, q, 4, handle, workqueue.RunConfig[string]{
 			OnError: func(key string, err error, retry bool) {
+				// A reconcile still running when the test cancels (an
+				// event of the controller's own last write woke it) fails
+				// with the cancellation: the test's doing, not the queue's.
+				if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+					return
+				}
 				if err.Error() != "injected first failure" && !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err) {
 					unexpected.CompareAndSwap(nil, &err)
 				}
