@@ -154,13 +154,14 @@ func (b balance) deal(v *view) [][]int {
 	var rest []int
 	for _, i := range b.free {
 		h := v.shards[i].holder
-		if _, member := v.members[h]; h == "" || !member {
+		m, member := v.members[h]
+		if h == "" || !member {
 			rest = append(rest, i)
 			continue
 		}
 		k, counted := pos[h]
 		switch {
-		case !counted && v.members[h].rejoined: // kept until its session counts
+		case !counted && m.rejoined: // kept until its session counts
 		case !counted:
 			rest = append(rest, i)
 		case need[k] > 0:

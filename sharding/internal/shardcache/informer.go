@@ -263,7 +263,7 @@ func (inf *Informer) SetShards(held []int) {
 	f := inf.feeds[allShards]
 	for _, s := range dropped {
 		inf.synced[s] = false
-		if f != nil && f.covers != nil {
+		if f != nil {
 			f.covers[s] = false // its objects are dropped from now on: a gain lists again
 		}
 		for _, obj := range inf.byShard(s) {
