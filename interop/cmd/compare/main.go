@@ -9,8 +9,8 @@
 //	go run ./cmd/compare -quick   # CI-sized run, a few seconds
 //
 // It prints a Markdown table and writes PERF.md (the table and the machine),
-// perf.svg (a bar chart of the ratios) and, between the perf markers of
-// README.md, the same table.
+// perf.svg (a bar chart of the ratios) and, between the perf markers of the
+// repository's docs/performance.md, the summary of the goals' rows.
 package main
 
 import (
@@ -38,7 +38,7 @@ func main() {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./cmd/compare [flags]\n\n"+
 			"Runs every workload on our queue and on client-go's (controller-runtime's for priorities),\n"+
-			"interleaved, and writes PERF.md, perf.svg and README.md's performance section.\n\nflags:\n")
+			"interleaved, and writes PERF.md, perf.svg and the summary in docs/performance.md.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var (
@@ -47,7 +47,7 @@ func main() {
 		benchtime = fs.Duration("benchtime", 300*time.Millisecond, "time per benchmark run")
 		memKeys   = fs.Int("memkeys", 1_000_000, "keys in the memory burst")
 		out       = fs.String("out", ".", "folder to write PERF.md and perf.svg into")
-		readme    = fs.String("readme", "../README.md", "file whose perf markers get the table (\"\" for none)")
+		summaryTo = fs.String("summary", defaultSummary, "file whose perf markers get the summary (\"\" for none)")
 		only      = fs.String("only", "", "run only workloads whose name contains this")
 	)
 	_ = fs.Parse(os.Args[1:])
@@ -134,16 +134,16 @@ func main() {
 	if err := os.WriteFile(*out+"/perf.svg", []byte(rep.svg()), 0o644); err != nil {
 		fail(err)
 	}
-	if *readme != "" {
-		svg, err := relPath(filepath.Dir(*readme), filepath.Join(*out, "perf.svg"))
+	if *summaryTo != "" {
+		svg, err := relPath(filepath.Dir(*summaryTo), filepath.Join(*out, "perf.svg"))
 		if err != nil {
 			fail(err)
 		}
-		perf, err := relPath(filepath.Dir(*readme), filepath.Join(*out, "PERF.md"))
+		perf, err := relPath(filepath.Dir(*summaryTo), filepath.Join(*out, "PERF.md"))
 		if err != nil {
 			fail(err)
 		}
-		if err := replaceBetweenMarkers(*readme, rep.readmeSection(filepath.ToSlash(svg), filepath.ToSlash(perf))); err != nil {
+		if err := replaceBetweenMarkers(*summaryTo, rep.summarySection(filepath.ToSlash(svg), filepath.ToSlash(perf))); err != nil {
 			fail(err)
 		}
 	}
@@ -451,18 +451,37 @@ func (rep report) method() string {
 		"Took %v.", rep.command, rep.rounds, rep.bt, rep.took.Round(time.Second))
 }
 
-// readmeSection is the README's performance section: the summary table
-// and links to the chart and to PERF.md, whose paths relative to the
-// README are svg and perf. The full table is PERF.md's alone, so that the
-// README stays short.
-func (rep report) readmeSection(svg, perf string) string {
+// defaultSummary is the file, relative to the interop folder, whose perf
+// markers get the summary: the repository's performance page.
+const defaultSummary = "../docs/performance.md"
+
+// summarySection is what goes between the perf markers of the performance
+// page: the summary table and links to the chart and to PERF.md, whose
+// paths relative to the page are svg and perf. The full table is PERF.md's
+// alone, so that the page stays short.
+func (rep report) summarySection(svg, perf string) string {
 	return fmt.Sprintf("Measured on %s with `%s`, %d rounds; ours/theirs is the median of the rounds' ratios "+
 		"(their range in parentheses), below 1 is faster. Every row, with ns/op, allocations, floors and "+
 		"what each workload does: [%s](%s).\n\n![ratios ours/theirs](%s)\n\n%s",
-		rep.machine(), rep.command, rep.rounds, perf, perf, svg, rep.summary())
+		rep.machine(), rep.command, rep.rounds, linkText(perf), perf, svg, rep.summary())
 }
 
-// summaryRows are the rows of README's summary: one of each kind of
+// linkText is a relative path as a link shows it: from the repository's
+// root, without the leading ../ that reach it from the page.
+func linkText(p string) string {
+	for {
+		q, ok := strings.CutPrefix(p, "../")
+		if !ok {
+			q, ok = strings.CutPrefix(p, "./")
+		}
+		if !ok {
+			return p
+		}
+		p = q
+	}
+}
+
+// summaryRows are the rows of the summary: one of each kind of
 // workload (a plain cycle, metrics, a burst, a hot key, delays,
 // priorities, contention, a worker pool, memory). PERF.md has all rows.
 var summaryRows = map[string]bool{
@@ -471,7 +490,7 @@ var summaryRows = map[string]bool{
 	"memory-plain-int": true, "memory-plain-string": true, "memory-metrics-int": true, "memory-priority-int": true,
 }
 
-// summary is the README's table: for each of summaryRows, what it is
+// summary is the performance page's table: for each of summaryRows, what it is
 // compared with, the ratio with its range, and the goal's verdict.
 func (rep report) summary() string {
 	var sb strings.Builder
@@ -543,7 +562,7 @@ func (rep report) perfMD(table string) string {
 		"The plain rows' floor is the contention floor (a Go map of one flag per key and a ring): the least a queue that keeps a " +
 		"Go map and a separate FIFO can hold. Ours is below it because its plain queue keeps no Go map: its ordered table " +
 		"(ordered_table.go) is the key table and the FIFO at once, and stores each key once.\n")
-	sb.WriteString("- `slow half`: the contended rows are bimodal (see the README); this compares the medians of the slower half of " +
+	sb.WriteString("- `slow half`: the contended rows are bimodal (see the notes below); this compares the medians of the slower half of " +
 		"each library's rounds.\n")
 	if rep.quick {
 		sb.WriteString("\nThis was a -quick run: numbers are indicative only.\n")
@@ -622,12 +641,10 @@ const (
 )
 
 // replaceBetweenMarkers puts section between the perf markers of the file
-// at path. A file without the markers is left alone.
+// at path. A file that is missing or lacks the markers is an error, so that
+// a moved or edited page does not silently stop getting the figures.
 func replaceBetweenMarkers(path, section string) error {
 	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -635,7 +652,7 @@ func replaceBetweenMarkers(path, section string) error {
 	i := strings.Index(s, beginMarker)
 	j := strings.Index(s, endMarker)
 	if i < 0 || j < i {
-		return nil
+		return fmt.Errorf("%s has no %s ... %s markers to write the summary between", path, beginMarker, endMarker)
 	}
 	s = s[:i+len(beginMarker)] + "\n" + section + "\n" + s[j:]
 	return os.WriteFile(path, []byte(s), 0o644)
