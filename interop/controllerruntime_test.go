@@ -130,7 +130,7 @@ func TestControllerRuntimeRunsOnOurQueue(t *testing.T) {
 
 	// Our queue is not a controller-runtime PriorityQueue (it has no
 	// AddWithOpts or GetWithPriority), so controller-runtime wraps it and
-	// every request runs at priority 0: see README.md.
+	// every request runs at priority 0: see docs/controller-runtime.md.
 	_, isPQ := any(ours).(priorityqueue.PriorityQueue[reconcile.Request])
-	require.False(t, isPQ, "README.md says our queue is wrapped, not used as a PriorityQueue")
+	require.False(t, isPQ, "docs/controller-runtime.md says our queue is wrapped, not used as a PriorityQueue")
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // Each test here is one deliberate difference from client-go (README.md,
-// "Where it differs"), shown side by side: the same calls on both queues,
+// "Where it differs from client-go"), shown side by side: the same calls on both queues,
 // and what each one does. If client-go changes its behaviour, the client-go
 // half fails and the README must be updated.
 

@@ -242,7 +242,7 @@ func contentionWorkloads[T comparable](suffix string, key func() keySource[T]) [
 	theirs := func() typedQueue[T] { return clientworkqueue.NewTyped[T]() }
 	floorQ := func(backoff bool) typedQueue[T] { return newFloorCond[T](backoff) }
 	dist := func(mult int, goal float64) Workload {
-		// The floor goal is the contended row's (issue #12; interop/PERF.md, goals);
+		// The floor goal is the contended row's (PERF.md, The goals);
 		// at GOMAXPROCS goroutines only client-go's ratio has a goal.
 		floorGoal := 0.0
 		if mult > 1 {

@@ -89,7 +89,7 @@ func memWorkloads[T comparable](suffix string, keys func(n int) []T) []MemWorklo
 			RunTheirs: theirs,
 		},
 		{
-			// Both at once: no goal of its own; see the note in README.
+			// Both at once: no goal of its own; see the notes in PERF.md.
 			Name: "memory-priority-metrics-" + suffix,
 			Doc: "priority store and metrics on, " + suffix + " keys added at priority -100, " +
 				"against client-go's plain queue",

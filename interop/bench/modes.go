@@ -22,7 +22,7 @@ import (
 // how often the starving bit is set. It is rarely set (at most 1.5% of
 // samples), in fast and slow rounds alike; the slow mode is a convoy of
 // goroutines parked on the mutex's semaphore, which the backoff floor and
-// our queue (lock.go in the core module) stay out of (README, Performance).
+// our queue (lock.go in the core module) stay out of (PERF.md, Notes).
 //
 // Reading another package's mutex state is a diagnostic, not an API: it
 // relies on sync.Mutex starting with its int32 state word (true of every
