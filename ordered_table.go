@@ -3,7 +3,7 @@ package workqueue
 import "hash/maphash"
 
 // orderedTable is the key table of every queue: each key that is ready,
-// waiting or processing, with its flags (dirty_set.go) and whatever else
+// waiting or processing, with its flags (key_state.go) and whatever else
 // the queue's configuration needs of it, in side columns allocated on first
 // use. Where the order of the ready keys is the queue's own it is also
 // the FIFO (a queue without a Store) or the priority levels (the built-in

@@ -3,7 +3,7 @@ package workqueue
 // The priority store keeps one FIFO per priority that has ready keys (a
 // level), a max-heap of those levels, and an index from each key to its slot.
 //
-//   - A level is a ring (store.go) of entries. Raise cannot cut an entry out
+//   - A level is a ring (ring.go) of entries. Raise cannot cut an entry out
 //     of the middle of a ring in O(1), so it leaves a hole: the entry is
 //     zeroed in place (the key is no longer referenced) and Pop skips it.
 //     The index records each key's position among the pushes to its level,

@@ -102,15 +102,6 @@ func (q *Queue[T]) Remove(item T) bool {
 	return true
 }
 
-// wakeDrainers wakes the drains once no key is processing: those of
-// ShutDownWithDrain return then, and those of ShutDownWithDrainAll check
-// whether keys are still ready (and wait again if so). q.mu must be held.
-func (q *Queue[T]) wakeDrainers() {
-	if q.drainers > 0 && q.processing == 0 {
-		q.cond.Broadcast()
-	}
-}
-
 // unstore takes item, ready at pos in the key table, out of the store: cut
 // out where the store can do that, else left behind as a ghost, counted at
 // pos. It reports whether it left a ghost. q.mu must be held.

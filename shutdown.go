@@ -169,6 +169,15 @@ func (q *Queue[T]) drain(ctx context.Context, all bool) error {
 	return err
 }
 
+// wakeDrainers wakes the drains once no key is processing: those of
+// ShutDownWithDrain return then, and those of ShutDownWithDrainAll check
+// whether keys are still ready (and wait again if so). q.mu must be held.
+func (q *Queue[T]) wakeDrainers() {
+	if q.drainers > 0 && q.processing == 0 {
+		q.cond.Broadcast()
+	}
+}
+
 // ShuttingDown reports whether ShutDown (or a drain) has been called.
 func (q *Queue[T]) ShuttingDown() bool {
 	q.lock()
