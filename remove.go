@@ -15,10 +15,8 @@ package workqueue
 // older and comes out first, so the key runs once, at the place of its new
 // Add. That relies on the store handing out one key's entries in the order
 // they were pushed, which holds for FIFO stores (the default, client-go's)
-// and within one tenant of the fair store. A store of this package that has
-// an index cuts the key out itself, in O(1), and leaves no ghost
-// (storeRemover). No ghost is left either where the key table keeps the
-// order (a queue without a Store, or with the built-in priority store,
+// and within one tenant of the fair store. No ghost is left where the key
+// table keeps the order (a queue without a Store, or with the built-in priority store,
 // whose levels it keeps): the removed entry dies, or is unlinked from its
 // level.
 //
@@ -31,13 +29,6 @@ package workqueue
 //
 // A queue that never calls Remove pays one integer test in Get and nothing
 // in Add or Done.
-
-// storeRemover is a store that can take a key out from the middle itself.
-// The method is unexported: only this package's stores have it, so a user's
-// Store is never asked for more than the Store interface.
-type storeRemover[T comparable] interface {
-	remove(item T) bool
-}
 
 // maxGhosts is how many more ghosts than live entries the store may hold
 // before it is rebuilt: a constant, so small stores are not rebuilt on
@@ -84,9 +75,11 @@ func (q *Queue[T]) Remove(item T) bool {
 	case f&fDirty != 0:
 		q.dirty--
 		if f == fDirty {
-			ghost := q.store != nil && q.unstore(item, pos)
-			t.remove(slot, pos) // a ghost keeps the entry, as fGhost
-			if ghost {
+			if q.store != nil {
+				q.leaveGhost(pos) // the entry stays, as fGhost
+			}
+			t.remove(slot, pos)
+			if q.store != nil {
 				q.settleGhosts()
 			}
 		} else {
@@ -102,20 +95,15 @@ func (q *Queue[T]) Remove(item T) bool {
 	return true
 }
 
-// unstore takes item, ready at pos in the key table, out of the store: cut
-// out where the store can do that, else left behind as a ghost, counted at
-// pos. It reports whether it left a ghost. q.mu must be held.
-func (q *Queue[T]) unstore(item T, pos int) bool {
-	if r, ok := q.store.(storeRemover[T]); ok && r.remove(item) {
-		return false
-	}
+// leaveGhost leaves the entry of the ready key at pos behind in the store
+// as a ghost, counted at pos. q.mu must be held.
+func (q *Queue[T]) leaveGhost(pos int) {
 	t := &q.tab
 	if !t.ghosted {
 		t.enableGhosts()
 	}
 	t.ghost[pos]++
 	q.ghosts++
-	return true
 }
 
 // popGhost looks up item, just popped from the store. If it is a ghost, it

@@ -52,17 +52,6 @@ func (s *shrinkingMap[K, V]) del(k K) {
 	s.deleted()
 }
 
-// delPresent removes k and reports whether it was there, hashing k once.
-func (s *shrinkingMap[K, V]) delPresent(k K) bool {
-	n := len(s.m)
-	delete(s.m, k)
-	if len(s.m) == n {
-		return false
-	}
-	s.deleted()
-	return true
-}
-
 // deleted does the bookkeeping after a delete.
 func (s *shrinkingMap[K, V]) deleted() {
 	n := len(s.m)
