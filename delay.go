@@ -37,11 +37,11 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int) {
 		now := q.now()
 		when := deadlineAt(now, d)
 		switch {
-		case pos >= 0 && t.flags[pos]&fDirty != 0:
+		case pos >= 0 && t.isDue(pos):
 			// Due now already, which is earlier; only the priority
 			// may merge upwards.
 			q.raise(item, pos, prio)
-		case pos >= 0 && t.flags[pos]&fWaiting != 0:
+		case pos >= 0 && t.isWaiting(pos):
 			t.setPrio(pos, max(t.prioAt(pos), prio))
 			q.fixBounce(pos, when)
 			if when < t.when[pos] {
@@ -78,7 +78,7 @@ func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, pri
 	t := &q.tab
 	t.enableDelays()
 	if pos >= 0 {
-		t.flags[pos] |= fWaiting
+		t.waitAfterRun(pos)
 		t.setPrio(pos, prio)
 	} else {
 		pos = t.insertAs(item, h, slot, fWaiting, prio)
@@ -94,13 +94,8 @@ func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, pri
 // Its delay entry is the caller's to pop or count stale. q.mu must be
 // held.
 func (q *Queue[T]) dropWait(slot, pos int) {
-	t := &q.tab
 	q.waiting--
-	if t.flags[pos] == fWaiting {
-		t.remove(slot, pos)
-	} else {
-		t.flags[pos] &^= fWaiting
-	}
+	q.tab.cancelWait(slot, pos)
 }
 
 // moveDeadline moves the run of the waiting key at pos to when: a new delay

@@ -240,22 +240,20 @@ func (t *orderedTable[T]) take() (T, int) {
 		l := t.lv.heap[0]
 		p := int(l.first - 1)
 		t.unlinkFrom(l, p)
-		t.flags[p] = fProcessing
-		t.ready--
+		t.takeAt(p)
 		return t.keys[p], p
 	}
-	for t.flags[t.head] != fDirty {
+	for !t.isReady(t.head) {
 		t.head++ // dead (left by Remove), or waiting for a deadline
 	}
 	p := t.head
 	t.head++
-	t.flags[p] = fProcessing
-	t.ready--
+	t.takeAt(p)
 	return t.keys[p], p
 }
 
-// takeAt marks the ready entry at p processing: Get of a key that the
-// Store handed out (storeOrder).
+// takeAt marks the ready entry at p processing: Get. take calls it, and
+// the queue does for a key that the Store handed out (storeOrder).
 func (t *orderedTable[T]) takeAt(p int) {
 	t.flags[p] = fProcessing
 	t.ready--

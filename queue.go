@@ -155,7 +155,7 @@ func (q *Queue[T]) Add(item T) {
 		// 0 is due but must still be raised to 0.
 		t := &q.tab
 		h, slot, pos := t.find(item)
-		if pos >= 0 && t.flags[pos]&fDirty != 0 && (!t.prioritized || t.prio[pos] >= 0) {
+		if pos >= 0 && t.isDue(pos) && (!t.prioritized || t.prio[pos] >= 0) {
 			q.mu.Unlock()
 			return
 		}
@@ -218,24 +218,23 @@ func (q *Queue[T]) markDirty(item T, prio int, h uint32, slot, pos int, fired bo
 		q.enqueue(item, prio)
 		return true
 	}
-	f := t.flags[pos]
-	if f&fDirty != 0 {
+	if t.isDue(pos) {
 		// Already due: ready, or processing+dirty. Only the priority
 		// may merge upwards; a ready key that no PriorityStore moved is
 		// a duplicate add, which a Store hears about as Touch.
-		if !q.raise(item, pos, prio) && f&fProcessing == 0 {
+		if !q.raise(item, pos, prio) && !t.isProcessing(pos) {
 			q.touch(item)
 		}
 		return false
 	}
 	var since int64 // when the key was first asked for, if not now
 	debounced := false
-	if f&fWaiting != 0 {
+	if t.isWaiting(pos) {
 		// The run due now replaces the one at the deadline, keeping the
 		// higher priority. Unless the timer popped it, the deadline
 		// entry stays behind, stale.
 		prio = max(prio, t.prioAt(pos))
-		t.flags[pos] &^= fWaiting
+		t.endWait(pos)
 		q.waiting--
 		if !fired {
 			q.delay.stale++
@@ -250,8 +249,8 @@ func (q *Queue[T]) markDirty(item T, prio int, h uint32, slot, pos int, fired bo
 	}
 	q.dirty++
 	t.setPrio(pos, prio) // not ready, so in no level
-	if f&fProcessing != 0 {
-		t.flags[pos] |= fDirty // due again at Done
+	if t.isProcessing(pos) {
+		t.dirtyAfterRun(pos)
 		if t.timed {
 			q.procs.dirtied(item, since) // at[pos] is the run's start
 		}
@@ -270,7 +269,7 @@ func (q *Queue[T]) markDirty(item T, prio int, h uint32, slot, pos int, fired bo
 // as Config.Store (the levels of the table move it themselves). q.mu must
 // be held.
 func (q *Queue[T]) raise(item T, pos int, prio int) (moved bool) {
-	if !q.tab.raise(pos, prio) || q.tab.flags[pos]&fProcessing != 0 || q.prio == nil {
+	if !q.tab.raise(pos, prio) || q.tab.isProcessing(pos) || q.prio == nil {
 		return false
 	}
 	q.prio.Raise(item, prio)
@@ -517,7 +516,7 @@ func (q *Queue[T]) Done(item T) {
 	}
 	t := &q.tab
 	_, slot, pos := t.find(item)
-	if pos < 0 || t.flags[pos]&fProcessing == 0 {
+	if pos < 0 || !t.isProcessing(pos) {
 		q.mu.Unlock()
 		return
 	}
@@ -528,8 +527,8 @@ func (q *Queue[T]) Done(item T) {
 		worked = time.Duration(q.now() - at)
 		q.procs.finish(item, at, t.gen[pos], q, q.processing)
 	}
-	switch f := t.flags[pos]; {
-	case f&fDirty != 0:
+	switch {
+	case t.isDue(pos):
 		p := t.promote(slot, pos) // ready again, at the tail
 		if t.timed {
 			// Its queue latency counts from the add that dirtied it
@@ -537,8 +536,8 @@ func (q *Queue[T]) Done(item T) {
 			t.at[p] = q.procs.requeued(item)
 		}
 		q.enqueue(item, t.prioAt(p))
-	case f&fWaiting != 0:
-		t.flags[pos] = fWaiting // it keeps its deadline
+	case t.isWaiting(pos):
+		t.keepWaiting(pos)
 	default:
 		t.remove(slot, pos)
 	}
@@ -554,7 +553,7 @@ func (q *Queue[T]) Done(item T) {
 func (q *Queue[T]) runOf(item T) (gen uint16, ok bool) {
 	t := &q.tab
 	_, _, pos := t.find(item)
-	if pos < 0 || t.flags[pos]&fProcessing == 0 || !t.timed {
+	if pos < 0 || !t.isProcessing(pos) || !t.timed {
 		return 0, false
 	}
 	return t.gen[pos], true
@@ -639,7 +638,7 @@ func (q *Queue[T]) scanDirtyByPriority(m map[int]int) {
 		return
 	}
 	t.each(func(p int) bool {
-		if t.flags[p]&fDirty != 0 {
+		if t.isDue(p) {
 			m[t.prio[p]]++
 		}
 		return true

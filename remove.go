@@ -63,8 +63,8 @@ func (q *Queue[T]) Remove(item T) bool {
 	if pos < 0 {
 		return false
 	}
-	switch f := t.flags[pos]; {
-	case f&fWaiting != 0:
+	switch {
+	case t.isWaiting(pos):
 		q.unbounce(pos)
 		q.dropWait(slot, pos)
 		q.delay.stale++ // its delay entry stays behind
@@ -72,9 +72,9 @@ func (q *Queue[T]) Remove(item T) bool {
 		if q.waiting == 0 {
 			q.arm(0) // no key waits any more: stop the timer
 		}
-	case f&fDirty != 0:
+	case t.isDue(pos):
 		q.dirty--
-		if f == fDirty {
+		if t.isReady(pos) {
 			if q.store != nil {
 				q.leaveGhost(pos) // the entry stays, as fGhost
 			}
@@ -83,7 +83,7 @@ func (q *Queue[T]) Remove(item T) bool {
 				q.settleGhosts()
 			}
 		} else {
-			t.flags[pos] &^= fDirty // processing: only its re-run is cancelled
+			t.cancelRerun(pos) // only the run after the one in progress
 			if t.timed {
 				q.procs.requeued(item) // forget when it was added again
 			}
@@ -122,7 +122,7 @@ func (q *Queue[T]) popGhost(item T) (pos int, ghost bool) {
 	}
 	t.ghost[pos]--
 	q.ghosts--
-	if t.ghost[pos] == 0 && t.flags[pos] == fGhost {
+	if t.ghost[pos] == 0 && t.isGhost(pos) {
 		t.remove(slot, pos)
 	}
 	return -1, true
