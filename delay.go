@@ -83,7 +83,7 @@ func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, pri
 	} else {
 		pos = t.insertAs(item, h, slot, fWaiting, prio)
 	}
-	t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
+	t.setDeadline(pos, when, q.delay.push(item, when))
 	q.waiting++
 	return pos
 }
@@ -102,7 +102,7 @@ func (q *Queue[T]) dropWait(slot, pos int) {
 // entry becomes the live one and the old one goes stale (the key table
 // says which entry is live). q.mu must be held.
 func (q *Queue[T]) moveDeadline(item T, pos int, when int64) {
-	q.tab.when[pos], q.tab.wseq[pos] = when, q.delay.push(item, when)
+	q.tab.setDeadline(pos, when, q.delay.push(item, when))
 	q.delay.stale++
 }
 
@@ -185,11 +185,9 @@ func (q *Queue[T]) fire() {
 	// The adds are counted before the keys can be seen: a worker may take
 	// a fired key the moment the lock is released, and if this timer
 	// goroutine were descheduled before counting, a scrape after that
-	// key's run would show more runs than adds (kubemetrics'
-	// TestSeriesLikeClientGo did, under -race on a loaded machine). Add
-	// counts after the lock: its caller is the one that made the key
-	// visible, and the timer is not a hot path, so only here is the count
-	// moved inside.
+	// key's run would show more runs than adds. Add counts after the
+	// lock, as its caller is the one that made the key visible; the timer
+	// is not a hot path.
 	if q.metrics != nil {
 		for range added {
 			q.metrics.Added()

@@ -90,9 +90,7 @@ import "hash/maphash"
 // head and readyEnd play no part. Compaction renumbers positions, so it
 // renumbers the links too (moveLive). Per key that is 16 more bytes than a
 // plain table (an int priority and two 32-bit links), with no per-key
-// allocation: 0.93 of client-go's plain queue for a million int keys, where
-// the store and a map of flags held 2.4. The priority is a full int, not an
-// int32, so that every int priority has a level of its own, as in
+// allocation. The priority is a full int, not an int32, so that every int priority has a level of its own, as in
 // controller-runtime: 4 more bytes a key.
 //
 // The zero orderedTable is empty and allocates nothing until its first key.

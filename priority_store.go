@@ -95,13 +95,11 @@ type priorityStore[T comparable] struct {
 // Like every Store it is not safe for concurrent use on its own; the queue
 // calls it under its lock.
 //
-// A Queue given this store keeps the same levels, with
-// the same order and costs, in its own key table instead, and never calls
-// the store: the table already indexes every key, so the levels there cost
-// 16 bytes a key and no second index (ordered_table.go). A million int
-// keys then take 0.93 of the memory of client-go's plain queue, where the
-// store beside the queue's table took 2.4. Pass a new store to each queue,
-// as for any Store.
+// A Queue given this store keeps the same levels, with the same order and
+// costs, in its own key table instead, and never calls the store: the table
+// already indexes every key, so the levels there cost 16 bytes a key and no
+// second index (ordered_table.go). Pass a new store to each queue, as for
+// any Store.
 //
 // It returns the PriorityStore interface rather than a concrete type, as
 // NewFIFOStore returns Store: the interface is the concept (the name

@@ -35,14 +35,10 @@ type Queue[T comparable] struct {
 	// the ShutDownWithDrain* family waits on it for the queue to settle.
 	//
 	// The fields are in the order of how often Add, Get and Done touch
-	// them: the lock and the counts, then what says how the queue is
-	// configured, then the ordered table's hot part, so that the hot path
-	// reads four cache lines of the queue, not eight spread over its
-	// kilobyte (the cold parts follow: other tables, delays, debouncing,
-	// metrics). When goroutines on two cores take turns at the lock, each
-	// line an operation touches may have to come over from the other
-	// core. The contended rows of cmd/compare did not move beyond their
-	// noise when this was done; it is kept because it costs nothing.
+	// them (the lock and the counts, the configuration, the key table's
+	// hot part; the cold parts follow), so that the hot path reads few
+	// cache lines of the queue: under contention each line it touches may
+	// have to come over from the other core.
 	mu sync.Mutex
 
 	dirty      int // keys with fDirty: ready, or processing and due again
@@ -148,11 +144,10 @@ func (q *Queue[T]) Add(item T) {
 	}
 	if q.store == nil && q.metrics == nil && q.quiet == 0 && !q.shuttingDown {
 		// The common case of a queue whose table is its order, spelled
-		// out: a key already due (a hot key's next event) is found here
-		// and let go with a plain Unlock, as it made nothing ready and
-		// so owes no Signal. Each call level it skips (addLocked,
-		// unlock) costs about what the hash does. A run below priority
-		// 0 is due but must still be raised to 0.
+		// out to save two call levels: a key already due (a hot key's
+		// next event) is let go with a plain Unlock, as it made nothing
+		// ready and so owes no Signal. A run below priority 0 is due but
+		// must still be raised to 0.
 		t := &q.tab
 		h, slot, pos := t.find(item)
 		if pos >= 0 && t.isDue(pos) && (!t.prioritized || t.prio[pos] >= 0) {
@@ -300,12 +295,10 @@ func (q *Queue[T]) pushEntry(item T, prio int) {
 //
 // The Signal is sent after the lock is released, not under it: a getter
 // woken while the lock is still held runs (on another core) only to find the
-// lock taken, and parks again on the mutex, which both costs it a second
-// sleep and wakeup and, when goroutines outnumber cores, adds a waiter to
-// the mutex's queue (see the contention notes in README.md). Sending it after
-// the Unlock loses no wake-up: a getter counted in getters registered with
-// cond before it released the lock, so the Signal finds it (or a getter that
-// came later; either rechecks for a key).
+// lock taken and park again on the mutex, a second sleep and wakeup. Sending
+// it after the Unlock loses no wake-up: a getter counted in getters
+// registered with cond before it released the lock, so the Signal finds it
+// (or a getter that came later; either rechecks for a key).
 //
 // Drainers wait on the same cond, but they never steal this Signal from a
 // getter: getters stop waiting once the queue shuts down, and drainers only
@@ -603,12 +596,10 @@ func (q *Queue[T]) Stats() Stats {
 }
 
 // dirtyByPriority adds to m the number of dirty keys at each priority: see
-// PriorityMetricsProvider. Nothing is counted on the hot path for it, so
-// Add, Get and Done pay nothing and no path that changes a key's priority
-// or dirty flag has to remember it; a scrape asks instead. Dirty keys are
-// the ready ones, which the table's levels count (built-in priority
-// store), and the processing keys added again, which the processing set
-// lists: with both, the answer costs O(priorities + processing keys). Any
+// PriorityMetricsProvider. It is computed when a scrape asks, so that Add,
+// Get and Done count nothing for it. With the built-in priority store it
+// costs O(priorities + processing keys): the table's levels count the ready
+// keys, and the processing set lists the processing ones added again. Any
 // other store costs one pass over the key table.
 func (q *Queue[T]) dirtyByPriority(m map[int]int) {
 	q.lock()

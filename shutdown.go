@@ -96,9 +96,6 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 //
 // Every concurrent caller returns once no key is processing, and every
 // caller returns at once when ShutDown is called while it waits.
-//
-// An earlier version waited until no key was ready either; that rule is
-// ShutDownWithDrainAll's now, because it hangs the shape above forever.
 func (q *Queue[T]) ShutDownWithDrain() {
 	_ = q.ShutDownWithDrainContext(context.Background())
 }
