@@ -75,14 +75,14 @@ const never = math.MaxInt64
 func (q *Queue[T]) addDebounced(item T, prio int) {
 	t := &q.tab
 	h, slot, pos := t.find(item)
-	if pos >= 0 && t.flags[pos]&fDirty != 0 {
+	if pos >= 0 && t.isDue(pos) {
 		// Due now already: the earliest time wins. Only the priority
 		// merges, as for any Add.
 		q.markDirty(item, prio, h, slot, pos, false)
 		return
 	}
 	now := q.now()
-	waiting := pos >= 0 && t.flags[pos]&fWaiting != 0
+	waiting := pos >= 0 && t.isWaiting(pos)
 	var b bounceState
 	if waiting {
 		b = t.bounce[pos]

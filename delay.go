@@ -37,11 +37,11 @@ func (q *Queue[T]) addAfter(item T, d time.Duration, prio int) {
 		now := q.now()
 		when := deadlineAt(now, d)
 		switch {
-		case pos >= 0 && t.flags[pos]&fDirty != 0:
+		case pos >= 0 && t.isDue(pos):
 			// Due now already, which is earlier; only the priority
 			// may merge upwards.
 			q.raise(item, pos, prio)
-		case pos >= 0 && t.flags[pos]&fWaiting != 0:
+		case pos >= 0 && t.isWaiting(pos):
 			t.setPrio(pos, max(t.prioAt(pos), prio))
 			q.fixBounce(pos, when)
 			if when < t.when[pos] {
@@ -78,12 +78,12 @@ func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, pri
 	t := &q.tab
 	t.enableDelays()
 	if pos >= 0 {
-		t.flags[pos] |= fWaiting
+		t.waitAfterRun(pos)
 		t.setPrio(pos, prio)
 	} else {
 		pos = t.insertAs(item, h, slot, fWaiting, prio)
 	}
-	t.when[pos], t.wseq[pos] = when, q.delay.push(item, when)
+	t.setDeadline(pos, when, q.delay.push(item, when))
 	q.waiting++
 	return pos
 }
@@ -94,20 +94,15 @@ func (q *Queue[T]) startWaiting(item T, h uint32, slot, pos int, when int64, pri
 // Its delay entry is the caller's to pop or count stale. q.mu must be
 // held.
 func (q *Queue[T]) dropWait(slot, pos int) {
-	t := &q.tab
 	q.waiting--
-	if t.flags[pos] == fWaiting {
-		t.remove(slot, pos)
-	} else {
-		t.flags[pos] &^= fWaiting
-	}
+	q.tab.cancelWait(slot, pos)
 }
 
 // moveDeadline moves the run of the waiting key at pos to when: a new delay
 // entry becomes the live one and the old one goes stale (the key table
 // says which entry is live). q.mu must be held.
 func (q *Queue[T]) moveDeadline(item T, pos int, when int64) {
-	q.tab.when[pos], q.tab.wseq[pos] = when, q.delay.push(item, when)
+	q.tab.setDeadline(pos, when, q.delay.push(item, when))
 	q.delay.stale++
 }
 
@@ -190,11 +185,9 @@ func (q *Queue[T]) fire() {
 	// The adds are counted before the keys can be seen: a worker may take
 	// a fired key the moment the lock is released, and if this timer
 	// goroutine were descheduled before counting, a scrape after that
-	// key's run would show more runs than adds (kubemetrics'
-	// TestSeriesLikeClientGo did, under -race on a loaded machine). Add
-	// counts after the lock: its caller is the one that made the key
-	// visible, and the timer is not a hot path, so only here is the count
-	// moved inside.
+	// key's run would show more runs than adds. Add counts after the
+	// lock, as its caller is the one that made the key visible; the timer
+	// is not a hot path.
 	if q.metrics != nil {
 		for range added {
 			q.metrics.Added()

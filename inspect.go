@@ -36,16 +36,14 @@ import (
 // is allocated beyond the returned slice.
 //
 // Run starts are measured only by a queue with metrics (Config.Name and
-// Config.Metrics). Measuring them always would add a clock read to every
-// Get: measured with benchstat over ten interleaved runs, that made the
-// plain Add/Get/Done cycle cost a third to a half more CPU (+32% and +46%
-// in two runs, p < 0.001), too much to charge every queue for a question
-// most never ask, when the queues that want it can turn metrics on.
+// Config.Metrics): measuring them always would add a clock read to every
+// Get, a large part of a plain Add/Get/Done cycle, to answer a question
+// most queues never ask.
 // Without metrics, KeyInfo.Started is zero and processing keys come in no
 // particular order.
 
 // KeyState is the state of one key in a queue: the rows of the state table
-// in README.md. Its zero value is KeyAbsent.
+// in docs/protocol.md. Its zero value is KeyAbsent.
 type KeyState uint8
 
 // The states of a key. A key is absent, ready or waiting, and independently

@@ -3,7 +3,7 @@ package workqueue
 import "hash/maphash"
 
 // orderedTable is the key table of every queue: each key that is ready,
-// waiting or processing, with its flags (dirty_set.go) and whatever else
+// waiting or processing, with its flags (key_state.go) and whatever else
 // the queue's configuration needs of it, in side columns allocated on first
 // use. Where the order of the ready keys is the queue's own it is also
 // the FIFO (a queue without a Store) or the priority levels (the built-in
@@ -90,9 +90,7 @@ import "hash/maphash"
 // head and readyEnd play no part. Compaction renumbers positions, so it
 // renumbers the links too (moveLive). Per key that is 16 more bytes than a
 // plain table (an int priority and two 32-bit links), with no per-key
-// allocation: 0.93 of client-go's plain queue for a million int keys, where
-// the store and a map of flags held 2.4. The priority is a full int, not an
-// int32, so that every int priority has a level of its own, as in
+// allocation. The priority is a full int, not an int32, so that every int priority has a level of its own, as in
 // controller-runtime: 4 more bytes a key.
 //
 // The zero orderedTable is empty and allocates nothing until its first key.
@@ -240,22 +238,20 @@ func (t *orderedTable[T]) take() (T, int) {
 		l := t.lv.heap[0]
 		p := int(l.first - 1)
 		t.unlinkFrom(l, p)
-		t.flags[p] = fProcessing
-		t.ready--
+		t.takeAt(p)
 		return t.keys[p], p
 	}
-	for t.flags[t.head] != fDirty {
+	for !t.isReady(t.head) {
 		t.head++ // dead (left by Remove), or waiting for a deadline
 	}
 	p := t.head
 	t.head++
-	t.flags[p] = fProcessing
-	t.ready--
+	t.takeAt(p)
 	return t.keys[p], p
 }
 
-// takeAt marks the ready entry at p processing: Get of a key that the
-// Store handed out (storeOrder).
+// takeAt marks the ready entry at p processing: Get. take calls it, and
+// the queue does for a key that the Store handed out (storeOrder).
 func (t *orderedTable[T]) takeAt(p int) {
 	t.flags[p] = fProcessing
 	t.ready--

@@ -3,7 +3,7 @@ package workqueue
 // The priority store keeps one FIFO per priority that has ready keys (a
 // level), a max-heap of those levels, and an index from each key to its slot.
 //
-//   - A level is a ring (store.go) of entries. Raise cannot cut an entry out
+//   - A level is a ring (ring.go) of entries. Raise cannot cut an entry out
 //     of the middle of a ring in O(1), so it leaves a hole: the entry is
 //     zeroed in place (the key is no longer referenced) and Pop skips it.
 //     The index records each key's position among the pushes to its level,
@@ -95,13 +95,11 @@ type priorityStore[T comparable] struct {
 // Like every Store it is not safe for concurrent use on its own; the queue
 // calls it under its lock.
 //
-// A Queue given this store keeps the same levels, with
-// the same order and costs, in its own key table instead, and never calls
-// the store: the table already indexes every key, so the levels there cost
-// 16 bytes a key and no second index (ordered_table.go). A million int
-// keys then take 0.93 of the memory of client-go's plain queue, where the
-// store beside the queue's table took 2.4. Pass a new store to each queue,
-// as for any Store.
+// A Queue given this store keeps the same levels, with the same order and
+// costs, in its own key table instead, and never calls the store: the table
+// already indexes every key, so the levels there cost 16 bytes a key and no
+// second index (ordered_table.go). Pass a new store to each queue, as for
+// any Store.
 //
 // It returns the PriorityStore interface rather than a concrete type, as
 // NewFIFOStore returns Store: the interface is the concept (the name
@@ -133,20 +131,6 @@ func (s *priorityStore[T]) Raise(item T, priority int) {
 	s.add(s.level(priority), item)
 }
 
-// remove takes item out of the store if it holds it, and reports whether
-// it did: O(1) amortized, like Raise, by leaving a hole. It is not part of
-// the Store interface; the queue's Remove uses it where the store is this
-// one (see storeRemover in remove.go).
-func (s *priorityStore[T]) remove(item T) bool {
-	sl, ok := s.index.m[item]
-	if !ok {
-		return false
-	}
-	s.cut(sl)
-	s.index.del(item)
-	return true
-}
-
 // cut leaves a hole where the index says a key sits (sl), and sheds what
 // its level no longer needs. The caller updates the index.
 func (s *priorityStore[T]) cut(sl prioSlot) {
@@ -154,15 +138,6 @@ func (s *priorityStore[T]) cut(sl prioSlot) {
 	*l.at(sl.pos) = prioEntry[T]{}
 	l.live--
 	s.shed(l)
-}
-
-// countByPriority adds to m the number of keys the store holds at each
-// priority, for the queue's metrics. O(levels): the heap holds exactly the
-// levels with live keys.
-func (s *priorityStore[T]) countByPriority(m map[int]int) {
-	for _, l := range s.levels.heap {
-		m[l.prio] += l.live
-	}
 }
 
 // Pop removes and returns the oldest key of the highest priority. Len() > 0.
@@ -234,26 +209,5 @@ func (s *priorityStore[T]) compact(l *prioLevel[T]) {
 			l.fifo.Push(e)
 			s.index.m[e.item] = prioSlot{prio: l.prio, pos: pos}
 		}
-	}
-}
-
-// each calls yield with the keys in the order Pop would hand them out,
-// until it returns false. It does not change the store and allocates
-// nothing: the heap is not sorted, so each level is found by a scan of the
-// heap for the highest priority below the previous level's, O(L) per
-// level visited for L levels (few, in practice).
-func (s *priorityStore[T]) each(yield func(T) bool) {
-	var prev *prioLevel[T]
-	for {
-		l := s.levels.heap.below(prev)
-		if l == nil {
-			return
-		}
-		for i := range l.fifo.n {
-			if e := l.fifo.buf[(l.fifo.head+i)&(len(l.fifo.buf)-1)]; e.ok && !yield(e.item) {
-				return
-			}
-		}
-		prev = l
 	}
 }

@@ -378,14 +378,6 @@ func FuzzPriorityStore(f *testing.F) {
 			case 4:
 				require.Equal(t, len(m.keys), s.Len(), "op %d: Len", i/3)
 			case 5:
-				if prio%2 == 0 { // remove, which the queue's Remove uses
-					at := m.find(item)
-					require.Equal(t, at >= 0, s.remove(item), "op %d: remove(%d)", i/3, item)
-					if at >= 0 {
-						m.keys = slices.Delete(m.keys, at, at+1)
-					}
-					break
-				}
 				if m.find(item) >= 0 {
 					s.Touch(item)
 				}

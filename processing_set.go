@@ -1,6 +1,6 @@
 package workqueue
 
-// The processing flag of a key lives in the key table (dirty_set.go), and
+// The processing flag of a key lives in the key table (key_state.go), and
 // so does, while a queue has metrics, the time its run started (its at
 // column).
 // What is kept here is the rest of the processing set that only metrics

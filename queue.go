@@ -5,19 +5,134 @@
 //
 // It keeps the protocol of client-go's util/workqueue, so controllers move
 // over by changing an import and a constructor, and it specifies every case
-// that protocol left open: see the state table in README.md.
+// that protocol left open: see the state table in docs/protocol.md.
 //
-// The files follow the state table: config.go builds a queue; this file
-// has the transitions of Add, Get and Done; delay.go those of AddAfter and
-// of a deadline that passes, debounce.go debounced Adds, remove.go Remove,
-// shutdown.go ShutDown and the drains. Each transition is written once, on
-// the one key table every configuration uses (ordered_table.go).
+// The files follow the state table: this file builds a queue (config.go
+// holds its Config) and has the transitions of Add, Get and Done; delay.go
+// those of AddAfter and of a deadline that passes, debounce.go debounced
+// Adds, remove.go Remove, shutdown.go ShutDown and the drains. Each
+// transition of a key's flags is a method of the one key table every
+// configuration uses (key_state.go, ordered_table.go).
 package workqueue
 
 import (
 	"context"
+	"sync"
 	"time"
 )
+
+// Queue is a coalescing work queue of keys of type T.
+//
+// The zero Queue is an empty FIFO queue without metrics, ready to use; New
+// returns the same thing. A Queue must not be copied after first use. All
+// methods are safe for concurrent use.
+//
+// A plain Queue starts no goroutine. While keys wait for an AddAfter
+// deadline, one timer is armed for the earliest deadline.
+type Queue[T comparable] struct {
+	// mu guards every field below. cond.L is &mu; it is set on first wait
+	// so that the zero Queue works. Get waits on cond for a ready key;
+	// the ShutDownWithDrain* family waits on it for the queue to settle.
+	//
+	// The fields are in the order of how often Add, Get and Done touch
+	// them (the lock and the counts, the configuration, the key table's
+	// hot part; the cold parts follow), so that the hot path reads few
+	// cache lines of the queue: under contention each line it touches may
+	// have to come over from the other core.
+	mu sync.Mutex
+
+	dirty      int // keys with fDirty: ready, or processing and due again
+	waiting    int // keys with fWaiting
+	processing int // keys with fProcessing
+	getters    int // goroutines waiting in Get or GetContext
+	owed       int // Signals to send at unlock: keys made ready for getters
+	drainers   int // goroutines waiting in ShutDownWithDrain*
+
+	shuttingDown bool
+	stopGets     bool // Config.GetStopsAtShutDown
+
+	// metrics is nil without metrics; then procs and the table's timed
+	// columns are unused and no clock is read on Add, Get or Done.
+	metrics QueueMetrics
+	// The ready keys are in tab (its FIFO, or its levels for the built-in
+	// priority store) unless Config.Store gave another store; prio is that
+	// store again when it is a PriorityStore, else nil.
+	store Store[T]
+	// quiet and maxWait are Config.Debounce in nanoseconds (quiet == 0:
+	// off); the table's bounce column holds the debounced keys' bursts
+	// (debounce.go).
+	quiet, maxWait int64
+
+	// tab is the key table of every configuration: every key that is
+	// ready, waiting or processing, with its flags, the dirty and
+	// processing sets (key_state.go), and the side columns its
+	// configuration needs (ordered_table.go). Without a Store it is also
+	// the FIFO, and with the built-in priority store the priority levels.
+	tab orderedTable[T]
+
+	cond sync.Cond
+
+	prio PriorityStore[T]
+	// ghosts counts the entries that Remove left in the store; the key
+	// table's ghost column says how many each key has (remove.go).
+	ghosts int
+
+	// delay holds the waiting keys, their heap and the timer (delay.go).
+	delay delayState[T]
+
+	// interrupts counts the ShutDown calls that found drainers waiting. A
+	// drainer remembers it when it starts to wait and stops waiting when it
+	// changes: ShutDown after ShutDownWithDrain ends the drain, as
+	// client-go documents ("drain on the first signal, force on the
+	// second").
+	interrupts uint64
+
+	// clock is the queue's time origin; times are kept as nanoseconds since
+	// it (monotonic). Set when first needed.
+	clock time.Time
+
+	procs processingSet[T]
+}
+
+// New returns an empty FIFO queue without metrics.
+func New[T comparable]() *Queue[T] { return &Queue[T]{} }
+
+// NewWithConfig returns an empty queue configured by cfg. Metrics are on
+// when cfg.Name is not empty and cfg.Metrics, or else the default set by
+// SetDefaultMetricsProvider, is not nil.
+func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
+	cfg.Debounce.validate()
+	if cfg.Store != nil {
+		claimStore(cfg.Store)
+	}
+	q := &Queue[T]{
+		quiet:    int64(cfg.Debounce.Quiet),
+		maxWait:  int64(cfg.Debounce.MaxWait),
+		stopGets: cfg.GetStopsAtShutDown,
+	}
+	q.tab.bounced = q.quiet > 0
+	if _, ok := cfg.Store.(*priorityStore[T]); ok {
+		// The built-in priority store: the queue keeps the levels in
+		// its own key table, which then needs no second index of the
+		// keys (ordered_table.go). The store itself is not called.
+		q.tab.leveled, q.tab.prioritized = true, true
+	} else if cfg.Store != nil {
+		q.store = cfg.Store
+		q.prio, _ = cfg.Store.(PriorityStore[T])
+		q.tab.storeOrder = true
+	}
+	if mp := metricsFor(cfg.Name, cfg.Metrics); mp != nil {
+		if pm, ok := mp.(PriorityMetricsProvider); ok && (q.prio != nil || q.tab.leveled) {
+			q.metrics = pm.NewPriorityQueueMetrics(cfg.Name, q.Stats, q.dirtyByPriority)
+		} else {
+			q.metrics = mp.NewQueueMetrics(cfg.Name, q.Stats)
+		}
+		// Metrics keep every key's dirty time or run start, in the
+		// key table's timed columns.
+		q.tab.timed = q.metrics != nil
+	}
+	return q
+}
 
 // Add marks item dirty: it will be handed out by Get once, however many
 // times it is added before then. A key that is processing is handed out
@@ -29,14 +144,13 @@ func (q *Queue[T]) Add(item T) {
 	}
 	if q.store == nil && q.metrics == nil && q.quiet == 0 && !q.shuttingDown {
 		// The common case of a queue whose table is its order, spelled
-		// out: a key already due (a hot key's next event) is found here
-		// and let go with a plain Unlock, as it made nothing ready and
-		// so owes no Signal. Each call level it skips (addLocked,
-		// unlock) costs about what the hash does. A run below priority
-		// 0 is due but must still be raised to 0.
+		// out to save two call levels: a key already due (a hot key's
+		// next event) is let go with a plain Unlock, as it made nothing
+		// ready and so owes no Signal. A run below priority 0 is due but
+		// must still be raised to 0.
 		t := &q.tab
 		h, slot, pos := t.find(item)
-		if pos >= 0 && t.flags[pos]&fDirty != 0 && (!t.prioritized || t.prio[pos] >= 0) {
+		if pos >= 0 && t.isDue(pos) && (!t.prioritized || t.prio[pos] >= 0) {
 			q.mu.Unlock()
 			return
 		}
@@ -99,24 +213,23 @@ func (q *Queue[T]) markDirty(item T, prio int, h uint32, slot, pos int, fired bo
 		q.enqueue(item, prio)
 		return true
 	}
-	f := t.flags[pos]
-	if f&fDirty != 0 {
+	if t.isDue(pos) {
 		// Already due: ready, or processing+dirty. Only the priority
 		// may merge upwards; a ready key that no PriorityStore moved is
 		// a duplicate add, which a Store hears about as Touch.
-		if !q.raise(item, pos, prio) && f&fProcessing == 0 {
+		if !q.raise(item, pos, prio) && !t.isProcessing(pos) {
 			q.touch(item)
 		}
 		return false
 	}
 	var since int64 // when the key was first asked for, if not now
 	debounced := false
-	if f&fWaiting != 0 {
+	if t.isWaiting(pos) {
 		// The run due now replaces the one at the deadline, keeping the
 		// higher priority. Unless the timer popped it, the deadline
 		// entry stays behind, stale.
 		prio = max(prio, t.prioAt(pos))
-		t.flags[pos] &^= fWaiting
+		t.endWait(pos)
 		q.waiting--
 		if !fired {
 			q.delay.stale++
@@ -131,8 +244,8 @@ func (q *Queue[T]) markDirty(item T, prio int, h uint32, slot, pos int, fired bo
 	}
 	q.dirty++
 	t.setPrio(pos, prio) // not ready, so in no level
-	if f&fProcessing != 0 {
-		t.flags[pos] |= fDirty // due again at Done
+	if t.isProcessing(pos) {
+		t.dirtyAfterRun(pos)
 		if t.timed {
 			q.procs.dirtied(item, since) // at[pos] is the run's start
 		}
@@ -151,7 +264,7 @@ func (q *Queue[T]) markDirty(item T, prio int, h uint32, slot, pos int, fired bo
 // as Config.Store (the levels of the table move it themselves). q.mu must
 // be held.
 func (q *Queue[T]) raise(item T, pos int, prio int) (moved bool) {
-	if !q.tab.raise(pos, prio) || q.tab.flags[pos]&fProcessing != 0 || q.prio == nil {
+	if !q.tab.raise(pos, prio) || q.tab.isProcessing(pos) || q.prio == nil {
 		return false
 	}
 	q.prio.Raise(item, prio)
@@ -182,12 +295,10 @@ func (q *Queue[T]) pushEntry(item T, prio int) {
 //
 // The Signal is sent after the lock is released, not under it: a getter
 // woken while the lock is still held runs (on another core) only to find the
-// lock taken, and parks again on the mutex, which both costs it a second
-// sleep and wakeup and, when goroutines outnumber cores, adds a waiter to
-// the mutex's queue (see the contention notes in README.md). Sending it after
-// the Unlock loses no wake-up: a getter counted in getters registered with
-// cond before it released the lock, so the Signal finds it (or a getter that
-// came later; either rechecks for a key).
+// lock taken and park again on the mutex, a second sleep and wakeup. Sending
+// it after the Unlock loses no wake-up: a getter counted in getters
+// registered with cond before it released the lock, so the Signal finds it
+// (or a getter that came later; either rechecks for a key).
 //
 // Drainers wait on the same cond, but they never steal this Signal from a
 // getter: getters stop waiting once the queue shuts down, and drainers only
@@ -398,7 +509,7 @@ func (q *Queue[T]) Done(item T) {
 	}
 	t := &q.tab
 	_, slot, pos := t.find(item)
-	if pos < 0 || t.flags[pos]&fProcessing == 0 {
+	if pos < 0 || !t.isProcessing(pos) {
 		q.mu.Unlock()
 		return
 	}
@@ -409,8 +520,8 @@ func (q *Queue[T]) Done(item T) {
 		worked = time.Duration(q.now() - at)
 		q.procs.finish(item, at, t.gen[pos], q, q.processing)
 	}
-	switch f := t.flags[pos]; {
-	case f&fDirty != 0:
+	switch {
+	case t.isDue(pos):
 		p := t.promote(slot, pos) // ready again, at the tail
 		if t.timed {
 			// Its queue latency counts from the add that dirtied it
@@ -418,8 +529,8 @@ func (q *Queue[T]) Done(item T) {
 			t.at[p] = q.procs.requeued(item)
 		}
 		q.enqueue(item, t.prioAt(p))
-	case f&fWaiting != 0:
-		t.flags[pos] = fWaiting // it keeps its deadline
+	case t.isWaiting(pos):
+		t.keepWaiting(pos)
 	default:
 		t.remove(slot, pos)
 	}
@@ -435,7 +546,7 @@ func (q *Queue[T]) Done(item T) {
 func (q *Queue[T]) runOf(item T) (gen uint16, ok bool) {
 	t := &q.tab
 	_, _, pos := t.find(item)
-	if pos < 0 || t.flags[pos]&fProcessing == 0 || !t.timed {
+	if pos < 0 || !t.isProcessing(pos) || !t.timed {
 		return 0, false
 	}
 	return t.gen[pos], true
@@ -447,6 +558,24 @@ func (q *Queue[T]) Len() int {
 	q.lock()
 	defer q.mu.Unlock()
 	return q.ready()
+}
+
+// Stats is a snapshot of a queue's counts, taken under its lock.
+type Stats struct {
+	// Ready counts keys waiting in the store for Get: Len().
+	Ready int
+	// Waiting counts keys whose run is delayed by AddAfter.
+	Waiting int
+	// Processing counts keys handed out by Get and not yet Done.
+	Processing int
+	// Dirty counts keys due for a run that Get has not handed out yet: the
+	// ready keys and the processing keys added again since their Get.
+	// This is client-go's depth metric.
+	Dirty int
+	// UnfinishedWork is the sum of the ages of the runs in progress, and
+	// LongestRunning the age of the oldest. They are measured only when
+	// the queue has metrics; otherwise they are zero.
+	UnfinishedWork, LongestRunning time.Duration
 }
 
 // Stats returns the queue's counts, all taken at one moment.
@@ -467,12 +596,10 @@ func (q *Queue[T]) Stats() Stats {
 }
 
 // dirtyByPriority adds to m the number of dirty keys at each priority: see
-// PriorityMetricsProvider. Nothing is counted on the hot path for it, so
-// Add, Get and Done pay nothing and no path that changes a key's priority
-// or dirty flag has to remember it; a scrape asks instead. Dirty keys are
-// the ready ones, which the table's levels count (built-in priority
-// store), and the processing keys added again, which the processing set
-// lists: with both, the answer costs O(priorities + processing keys). Any
+// PriorityMetricsProvider. It is computed when a scrape asks, so that Add,
+// Get and Done count nothing for it. With the built-in priority store it
+// costs O(priorities + processing keys): the table's levels count the ready
+// keys, and the processing set lists the processing ones added again. Any
 // other store costs one pass over the key table.
 func (q *Queue[T]) dirtyByPriority(m map[int]int) {
 	q.lock()
@@ -502,7 +629,7 @@ func (q *Queue[T]) scanDirtyByPriority(m map[int]int) {
 		return
 	}
 	t.each(func(p int) bool {
-		if t.flags[p]&fDirty != 0 {
+		if t.isDue(p) {
 			m[t.prio[p]]++
 		}
 		return true

@@ -15,10 +15,8 @@ package workqueue
 // older and comes out first, so the key runs once, at the place of its new
 // Add. That relies on the store handing out one key's entries in the order
 // they were pushed, which holds for FIFO stores (the default, client-go's)
-// and within one tenant of the fair store. A store of this package that has
-// an index cuts the key out itself, in O(1), and leaves no ghost
-// (storeRemover). No ghost is left either where the key table keeps the
-// order (a queue without a Store, or with the built-in priority store,
+// and within one tenant of the fair store. No ghost is left where the key
+// table keeps the order (a queue without a Store, or with the built-in priority store,
 // whose levels it keeps): the removed entry dies, or is unlinked from its
 // level.
 //
@@ -31,13 +29,6 @@ package workqueue
 //
 // A queue that never calls Remove pays one integer test in Get and nothing
 // in Add or Done.
-
-// storeRemover is a store that can take a key out from the middle itself.
-// The method is unexported: only this package's stores have it, so a user's
-// Store is never asked for more than the Store interface.
-type storeRemover[T comparable] interface {
-	remove(item T) bool
-}
 
 // maxGhosts is how many more ghosts than live entries the store may hold
 // before it is rebuilt: a constant, so small stores are not rebuilt on
@@ -72,8 +63,8 @@ func (q *Queue[T]) Remove(item T) bool {
 	if pos < 0 {
 		return false
 	}
-	switch f := t.flags[pos]; {
-	case f&fWaiting != 0:
+	switch {
+	case t.isWaiting(pos):
 		q.unbounce(pos)
 		q.dropWait(slot, pos)
 		q.delay.stale++ // its delay entry stays behind
@@ -81,16 +72,18 @@ func (q *Queue[T]) Remove(item T) bool {
 		if q.waiting == 0 {
 			q.arm(0) // no key waits any more: stop the timer
 		}
-	case f&fDirty != 0:
+	case t.isDue(pos):
 		q.dirty--
-		if f == fDirty {
-			ghost := q.store != nil && q.unstore(item, pos)
-			t.remove(slot, pos) // a ghost keeps the entry, as fGhost
-			if ghost {
+		if t.isReady(pos) {
+			if q.store != nil {
+				q.leaveGhost(pos) // the entry stays, as fGhost
+			}
+			t.remove(slot, pos)
+			if q.store != nil {
 				q.settleGhosts()
 			}
 		} else {
-			t.flags[pos] &^= fDirty // processing: only its re-run is cancelled
+			t.cancelRerun(pos) // only the run after the one in progress
 			if t.timed {
 				q.procs.requeued(item) // forget when it was added again
 			}
@@ -102,29 +95,15 @@ func (q *Queue[T]) Remove(item T) bool {
 	return true
 }
 
-// wakeDrainers wakes the drains once no key is processing: those of
-// ShutDownWithDrain return then, and those of ShutDownWithDrainAll check
-// whether keys are still ready (and wait again if so). q.mu must be held.
-func (q *Queue[T]) wakeDrainers() {
-	if q.drainers > 0 && q.processing == 0 {
-		q.cond.Broadcast()
-	}
-}
-
-// unstore takes item, ready at pos in the key table, out of the store: cut
-// out where the store can do that, else left behind as a ghost, counted at
-// pos. It reports whether it left a ghost. q.mu must be held.
-func (q *Queue[T]) unstore(item T, pos int) bool {
-	if r, ok := q.store.(storeRemover[T]); ok && r.remove(item) {
-		return false
-	}
+// leaveGhost leaves the entry of the ready key at pos behind in the store
+// as a ghost, counted at pos. q.mu must be held.
+func (q *Queue[T]) leaveGhost(pos int) {
 	t := &q.tab
 	if !t.ghosted {
 		t.enableGhosts()
 	}
 	t.ghost[pos]++
 	q.ghosts++
-	return true
 }
 
 // popGhost looks up item, just popped from the store. If it is a ghost, it
@@ -143,7 +122,7 @@ func (q *Queue[T]) popGhost(item T) (pos int, ghost bool) {
 	}
 	t.ghost[pos]--
 	q.ghosts--
-	if t.ghost[pos] == 0 && t.flags[pos] == fGhost {
+	if t.ghost[pos] == 0 && t.isGhost(pos) {
 		t.remove(slot, pos)
 	}
 	return -1, true

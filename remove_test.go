@@ -21,9 +21,9 @@ type rawStore struct{ workqueue.Store[string] }
 func newRawStore() *rawStore { return &rawStore{workqueue.NewFIFOStore[string]()} }
 
 // removeConfigs are the queue configurations Remove must work with: every
-// state-table configuration, plus the stores that take the other two paths
-// of remove.go (the priority store cuts keys out; the fair store keeps
-// ghosts per tenant).
+// state-table configuration, plus the built-in priority store (whose levels
+// the key table keeps: no ghost), the fair store (ghosts per tenant) and a
+// user's store (ghosts).
 func removeConfigs() []queueConfig {
 	return append(append([]queueConfig{}, queueConfigs...),
 		queueConfig{"PriorityStore", func() *workqueue.Queue[string] {

@@ -96,9 +96,6 @@ func (q *Queue[T]) shutDownLocked() (first bool, flushed int) {
 //
 // Every concurrent caller returns once no key is processing, and every
 // caller returns at once when ShutDown is called while it waits.
-//
-// An earlier version waited until no key was ready either; that rule is
-// ShutDownWithDrainAll's now, because it hangs the shape above forever.
 func (q *Queue[T]) ShutDownWithDrain() {
 	_ = q.ShutDownWithDrainContext(context.Background())
 }
@@ -167,6 +164,15 @@ func (q *Queue[T]) drain(ctx context.Context, all bool) error {
 	q.drainers--
 	q.mu.Unlock()
 	return err
+}
+
+// wakeDrainers wakes the drains once no key is processing: those of
+// ShutDownWithDrain return then, and those of ShutDownWithDrainAll check
+// whether keys are still ready (and wait again if so). q.mu must be held.
+func (q *Queue[T]) wakeDrainers() {
+	if q.drainers > 0 && q.processing == 0 {
+		q.cond.Broadcast()
+	}
 }
 
 // ShuttingDown reports whether ShutDown (or a drain) has been called.

@@ -127,6 +127,12 @@ func (t *orderedTable[T]) entry(p int) keyState {
 	return st
 }
 
+// setDeadline records that the waiting key at p has its run at when, and
+// that the delay entry with seq seq is its live one.
+func (t *orderedTable[T]) setDeadline(p int, when int64, seq uint64) {
+	t.when[p], t.wseq[p] = when, seq
+}
+
 // enableDelays makes the table keep deadlines, from now on.
 func (t *orderedTable[T]) enableDelays() {
 	if t.delayed {

@@ -11,7 +11,7 @@ func (t *orderedTable[T]) raise(pos int, prio int) bool {
 	if prio <= t.prioAt(pos) {
 		return false
 	}
-	linked := t.leveled && t.flags[pos] == fDirty
+	linked := t.leveled && t.isReady(pos)
 	if linked {
 		t.unlink(pos)
 	}
