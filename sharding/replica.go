@@ -177,7 +177,7 @@ func New(cfg Config) (*Replica, error) {
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
 	}
 	r.runs.init(cfg.Shards)
-	r.perms.init(cfg.Namespace, cfg.Metrics.Forbidden, r.poke)
+	r.perms.init(cfg, r.poke)
 	r.io = newLeaseIO(cfg, r.leaseOutcome)
 	if cfg.ListerWatcher != nil {
 		r.primary = newInformer(r, cfg.ListerWatcher, cfg.Object, nil, true)
