@@ -192,8 +192,13 @@ func (p *permissions) err() error {
 //
 // A replica refused a request (403 Forbidden: a missing RBAC rule) is not
 // ready from the first refusal; Run returns once the same kind of request
-// has been refused for LeaseDuration.
+// has been refused for LeaseDuration. A replica whose ring is configured
+// with another Shards or Field is not ready from the moment it sees it
+// (the error wraps ErrRingMismatch), and Run returns that error.
 func (r *Replica) Ready(*http.Request) error {
+	if err := r.refusal.get(); err != nil {
+		return err
+	}
 	if err := r.perms.err(); err != nil {
 		return err
 	}

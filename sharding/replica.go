@@ -129,6 +129,9 @@ type Replica struct {
 	ring  *ringView   // the ring's Leases as the watch delivers them (ringview.go)
 	io    *leaseIO    // every Lease request (leases.go)
 	perms permissions // refused requests (forbidden.go)
+	// refusal is set once the ring shows another shard count or field
+	// (shardcount.go).
+	refusal mismatch
 
 	// Touched only by the loop goroutine (Run, loop.go and member.go).
 	expire    *time.Timer // calls lose at the session's deadline
@@ -178,6 +181,7 @@ func New(cfg Config) (*Replica, error) {
 	}
 	r.runs.init(cfg.Shards)
 	r.perms.init(cfg, r.poke)
+	setGauge(cfg.Metrics.Mismatch, 0)
 	r.io = newLeaseIO(cfg, r.leaseOutcome)
 	if cfg.ListerWatcher != nil {
 		r.primary = newInformer(r, cfg.ListerWatcher, cfg.Object, nil, true)
