@@ -64,6 +64,11 @@ type Metrics struct {
 	// written with another Config.Shards or Config.Field (Run returns the
 	// error, which wraps ErrRingMismatch), 0 otherwise (shardcount.go).
 	Mismatch Gauge
+	// WithoutUID counts the objects the primary informer added without a
+	// metadata.uid while sharding by UID (Field = FieldUID): they all
+	// hash alike, into one shard. The API server sets a UID on every
+	// object; client-go's fake clientset does not (replica.go).
+	WithoutUID Gauge
 }
 
 func setGauge(g Gauge, v float64) {

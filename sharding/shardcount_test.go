@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-coalesce/workqueue/sharding"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -305,4 +306,62 @@ func TestReshardByProcedure(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestObjectsWithoutUID checks that objects without a UID, sharded by
+// UID, are counted (Metrics.WithoutUID, ObjectsWithoutUID) instead of
+// silently sharing one shard.
+func TestObjectsWithoutUID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rg := newRing(t, 16, 20) // these have UIDs
+		defer rg.stopAll()
+		g := &lastGauge{}
+		rg.config = func(id string, cfg *sharding.Config) { cfg.Metrics.WithoutUID = g }
+		id := rg.start(false)
+		rg.waitBalanced(leaseDuration)
+		r := rg.members[id].r
+		if n := r.ObjectsWithoutUID(); n != 0 {
+			t.Errorf("ObjectsWithoutUID is %d with every object's UID set, want 0", n)
+		}
+		for i := range 3 {
+			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: objectsNS, Name: fmt.Sprintf("no-uid-%d", i)}}
+			if _, err := rg.objs.AppsV1().Deployments(objectsNS).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("creating %s: %v", d.Name, err)
+			}
+		}
+		time.Sleep(time.Second)
+		if n := r.ObjectsWithoutUID(); n != 3 {
+			t.Errorf("ObjectsWithoutUID is %d after 3 objects without a UID were created, want 3", n)
+		}
+		if v, _ := g.get(); v != 3 {
+			t.Errorf("Metrics.WithoutUID is %v, want 3", v)
+		}
+	})
+}
+
+// TestWritesAtMinRetryPeriod checks the write bound New's floor gives: a
+// quiet ring at MinRetryPeriod writes at most one membership Lease per
+// replica per period, 5 a second.
+func TestWritesAtMinRetryPeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rg := newRing(t, 16, 20)
+		defer rg.stopAll()
+		rg.timing.RetryPeriod = sharding.MinRetryPeriod
+		rg.timing.RenewDeadline = 2 * time.Second
+		rg.timing.LeaseDuration = 3 * time.Second
+		rg.timing.GracePeriod = time.Second
+		for range 3 {
+			rg.start(false)
+		}
+		rg.waitBalanced(10 * time.Second)
+		time.Sleep(time.Second)
+		before := rg.leases.TotalWrites()
+		window := 10 * time.Second
+		time.Sleep(window)
+		w := rg.leases.TotalWrites() - before
+		if limit := int64(3 * window / sharding.MinRetryPeriod); w > limit {
+			t.Errorf("%d Lease writes in %v by 3 replicas at RetryPeriod %v, limit %d", w, window, sharding.MinRetryPeriod, limit)
+		}
+		t.Logf("FIGURES %.1f Lease writes/s per replica at RetryPeriod %v", float64(w)/3/window.Seconds(), sharding.MinRetryPeriod)
+	})
 }
