@@ -234,7 +234,6 @@ func (l *leaseIO) shardLease(i int, holder, session string, transitions int32, n
 // (AlreadyExists) if the ring has one.
 func (l *leaseIO) createRing(ctx context.Context, now time.Time) (*coordinationv1.Lease, error) {
 	t := metav1.NewMicroTime(now)
-	id := l.identity
 	out, err := l.leases().Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        ringLeaseName(l.ring),
@@ -242,9 +241,9 @@ func (l *leaseIO) createRing(ctx context.Context, now time.Time) (*coordinationv
 			Labels:      map[string]string{LabelRing: l.ring, LabelRole: roleRing},
 			Annotations: map[string]string{AnnotationShards: strconv.Itoa(l.shards), AnnotationField: l.field},
 		},
-		// The creator and when, for people reading the Lease; never
-		// renewed, never read back but for the annotations.
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, AcquireTime: &t, RenewTime: &t},
+		// When, for people reading the Lease. It names no holder, is
+		// never renewed, and only its annotations are read back.
+		Spec: coordinationv1.LeaseSpec{AcquireTime: &t},
 	}, metav1.CreateOptions{})
 	l.report("create", err)
 	return out, err
