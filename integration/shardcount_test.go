@@ -89,18 +89,18 @@ func TestShardCountRefused(t *testing.T) {
 	}
 
 	a, b := start("together", "a", 16), start("together", "b", 32)
-	var err error
+	var refusal error
 	select {
-	case err = <-a.err:
-		a.err <- err
+	case refusal = <-a.err:
+		a.err <- refusal
 		refused(a, 32)
 		ready(b)
-	case err = <-b.err:
-		b.err <- err
+	case refusal = <-b.err:
+		b.err <- refusal
 		refused(b, 16)
 		ready(a)
 	case <-time.After(10 * time.Second):
 		t.Fatal("neither of two replicas started at once with 16 and 32 shards refused within 10 s")
 	}
-	t.Logf("started together: %v", err)
+	t.Logf("started together: %v", refusal)
 }
