@@ -466,8 +466,8 @@ func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
 		}
 		n := 0
 		for _, lease := range l.Items {
-			if _, shard := lease.Annotations[sharding.AnnotationShards]; !shard {
-				continue // the membership Lease
+			if lease.Labels[sharding.LabelRole] != "shard" {
+				continue // a membership Lease, or the ring's
 			}
 			n++
 			if len(only) > 0 && !slices.ContainsFunc(only, func(i int) bool { return lease.Name == fmt.Sprintf("%s-shard-%d", ring, i) }) {

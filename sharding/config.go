@@ -3,6 +3,7 @@ package sharding
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +24,12 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 	DefaultGracePeriod   = 5 * time.Second
 	DefaultShards        = 16
+
+	// MinRetryPeriod is the shortest RetryPeriod New accepts: a replica
+	// writes its membership Lease once per period, so it writes at most
+	// 1/MinRetryPeriod (5) of them a second, whatever its Config, plus
+	// the shard Leases that move.
+	MinRetryPeriod = 200 * time.Millisecond
 )
 
 // Queue is what the replica needs of the controller's queue: it adds the
@@ -54,7 +61,11 @@ type Config struct {
 	// Shards is the number of shards S of the ring, a power of two from 1
 	// to 65536, the same on every replica; zero means DefaultShards (16).
 	// Choose it above the largest replica count you expect: a ring of S
-	// shards spreads over at most S replicas.
+	// shards spreads over at most S replicas. The first replica of a ring
+	// records S and Field in the ring's Lease ("<Name>-ring"); a replica
+	// configured otherwise refuses to join (Run returns an error that
+	// wraps ErrRingMismatch and names both values). To change S, stop
+	// every replica and delete the ring's Leases first (README).
 	Shards int
 	// Field is the object field that is hashed: FieldUID (the default,
 	// when empty) or FieldNamespace.
@@ -62,9 +73,20 @@ type Config struct {
 
 	// Object is the sharded resource's type, e.g. &corev1.ConfigMap{}.
 	Object runtime.Object
-	// ListerWatcher lists and watches the sharded resource, e.g.
-	// cache.NewListWatchFromClient(client.CoreV1().RESTClient(),
-	// "configmaps", namespace, fields.Everything()). The replica builds
+	// ListerWatcher lists and watches the sharded resource, e.g. over the
+	// typed client (which works with client-go's fake clientset too, whose
+	// RESTClient is nil):
+	//
+	//	&cache.ListWatch{
+	//		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	//			return client.CoreV1().ConfigMaps(namespace).List(ctx, o)
+	//		},
+	//		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	//			return client.CoreV1().ConfigMaps(namespace).Watch(ctx, o)
+	//		},
+	//	}
+	//
+	// The replica builds
 	// its sharded informer on it (Informer) and runs it in Run; the
 	// replica adds KEP-5866's ShardSelector to each LIST and watch.
 	// It may be nil only if the primary informer is built through
@@ -97,7 +119,8 @@ type Config struct {
 	// be below LeaseDuration, by enough to cover clock drift and the time
 	// a cancelled handler takes to return. Zero means DefaultRenewDeadline.
 	RenewDeadline time.Duration
-	// RetryPeriod is the period of the replica's loop: it renews its
+	// RetryPeriod is the period of the replica's loop, at least
+	// MinRetryPeriod: it renews its
 	// membership Lease once per period (it watches the ring, and acts on
 	// a change when the watch delivers it, not at the period). Each period
 	// is RetryPeriod plus a jitter of up to a tenth of it (and of half
@@ -134,7 +157,7 @@ type Config struct {
 }
 
 // validate checks cfg and returns it with its defaults filled in. Each
-// error names the field at fault (issue #32).
+// error names the field at fault.
 func (cfg Config) validate() (Config, error) {
 	for _, f := range []struct {
 		name    string
@@ -149,6 +172,27 @@ func (cfg Config) validate() (Config, error) {
 	} {
 		if f.missing {
 			return cfg, fmt.Errorf("sharding: Config.%s is required", f.name)
+		}
+	}
+	// An interface that holds a nil pointer is not nil, and would panic
+	// at its first use, in New or later in the replica's goroutines.
+	for _, f := range []struct {
+		name string
+		v    any
+	}{
+		{"Client", cfg.Client},
+		{"Object", cfg.Object},
+		{"Queue", cfg.Queue},
+		{"ListerWatcher", cfg.ListerWatcher},
+	} {
+		if typedNil(f.v) {
+			return cfg, fmt.Errorf("sharding: Config.%s is required: it holds a nil %T", f.name, f.v)
+		}
+	}
+	m := reflect.ValueOf(cfg.Metrics)
+	for i := range m.NumField() {
+		if g := m.Field(i); g.Kind() == reflect.Interface && !g.IsNil() && typedNil(g.Interface()) {
+			return cfg, fmt.Errorf("sharding: Config.Metrics.%s holds a nil %T: leave it nil for no metric", m.Type().Field(i).Name, g.Interface())
 		}
 	}
 	if errs := validation.IsDNS1123Label(cfg.Namespace); len(errs) > 0 {
@@ -178,7 +222,7 @@ func (cfg Config) validate() (Config, error) {
 			"another resource's object has its own UID, not its owner's, so it would not land in its owner's shard")
 	}
 	for i, o := range cfg.ShardedWith {
-		if o == nil {
+		if o == nil || typedNil(o) {
 			return cfg, fmt.Errorf("sharding: Config.ShardedWith[%d] is nil", i)
 		}
 		if sameType(o, cfg.Object) {
@@ -195,8 +239,9 @@ func (cfg Config) validate() (Config, error) {
 	def(&cfg.RetryPeriod, DefaultRetryPeriod)
 	def(&cfg.GracePeriod, DefaultGracePeriod)
 	switch {
-	case cfg.RetryPeriod <= 0:
-		return cfg, fmt.Errorf("sharding: Config.RetryPeriod is %v, need it above 0", cfg.RetryPeriod)
+	case cfg.RetryPeriod < MinRetryPeriod:
+		return cfg, fmt.Errorf("sharding: Config.RetryPeriod is %v, need at least MinRetryPeriod (%v): the replica writes its membership Lease once per RetryPeriod",
+			cfg.RetryPeriod, MinRetryPeriod)
 	case cfg.RetryPeriod >= cfg.RenewDeadline:
 		return cfg, fmt.Errorf("sharding: Config.RetryPeriod (%v) must be below Config.RenewDeadline (%v)", cfg.RetryPeriod, cfg.RenewDeadline)
 	case cfg.RenewDeadline >= cfg.LeaseDuration:
@@ -205,4 +250,17 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("sharding: Config.GracePeriod is %v, need it 0 or above", cfg.GracePeriod)
 	}
 	return cfg, nil
+}
+
+// typedNil reports whether v is an interface value that holds a nil
+// pointer, map, slice, channel or function.
+func typedNil(v any) bool {
+	if v == nil {
+		return false
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }

@@ -11,11 +11,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 // TestNewValidates checks that New rejects what would break the ring and
 // fills in the defaults otherwise, and that each error names the field at
-// fault (issue #32).
+// fault.
 func TestNewValidates(t *testing.T) {
 	cs := fakeleases.New().Clientset("a")
 	q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
@@ -24,6 +25,11 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := sharding.New(ok()); err != nil {
 		t.Fatalf("New with the required fields: %v", err)
+	}
+	min := ok()
+	min.RetryPeriod = sharding.MinRetryPeriod
+	if _, err := sharding.New(min); err != nil {
+		t.Fatalf("New with RetryPeriod = MinRetryPeriod: %v", err)
 	}
 	for name, tc := range map[string]struct {
 		edit func(*sharding.Config)
@@ -52,7 +58,19 @@ func TestNewValidates(t *testing.T) {
 		"unknown field":        {func(c *sharding.Config) { c.Field = "metadata.name" }, "Config.Field \"metadata.name\""},
 		"renew ≥ lease":        {func(c *sharding.Config) { c.RenewDeadline = 20 * time.Second }, "Config.RenewDeadline (20s) must be below Config.LeaseDuration (15s)"},
 		"retry ≥ renew":        {func(c *sharding.Config) { c.RetryPeriod = 10 * time.Second }, "Config.RetryPeriod (10s) must be below Config.RenewDeadline (10s)"},
-		"negative retry":       {func(c *sharding.Config) { c.RetryPeriod = -time.Second }, "Config.RetryPeriod is -1s, need it above 0"},
+		"negative retry":       {func(c *sharding.Config) { c.RetryPeriod = -time.Second }, "Config.RetryPeriod is -1s, need at least MinRetryPeriod (200ms)"},
+		"retry of 1ns":         {func(c *sharding.Config) { c.RetryPeriod = time.Nanosecond }, "Config.RetryPeriod is 1ns, need at least MinRetryPeriod (200ms)"},
+		"retry just under min": {func(c *sharding.Config) { c.RetryPeriod = sharding.MinRetryPeriod - 1 }, "Config.RetryPeriod is 199.999999ms"},
+		"typed-nil queue": {func(c *sharding.Config) { c.Queue = (*workqueue.RateLimitingQueue[string])(nil) },
+			"Config.Queue is required: it holds a nil *workqueue.RateLimitingQueue[string]"},
+		"typed-nil object":         {func(c *sharding.Config) { c.Object = (*appsv1.Deployment)(nil) }, "Config.Object is required: it holds a nil *v1.Deployment"},
+		"typed-nil client":         {func(c *sharding.Config) { c.Client = (*fake.Clientset)(nil) }, "Config.Client is required: it holds a nil *fake.Clientset"},
+		"typed-nil lister watcher": {func(c *sharding.Config) { c.ListerWatcher = (*cache.ListWatch)(nil) }, "Config.ListerWatcher is required: it holds a nil *cache.ListWatch"},
+		"typed-nil gauge":          {func(c *sharding.Config) { c.Metrics.Shards = (*lastGauge)(nil) }, "Config.Metrics.Shards holds a nil *sharding_test.lastGauge"},
+		"typed-nil sharded with": {func(c *sharding.Config) {
+			c.Field = sharding.FieldNamespace
+			c.ShardedWith = []runtime.Object{(*appsv1.ReplicaSet)(nil)}
+		}, "Config.ShardedWith[0] is nil"},
 		"negative grace":       {func(c *sharding.Config) { c.GracePeriod = -1 }, "Config.GracePeriod is -1ns"},
 		"lease under defaults": {func(c *sharding.Config) { c.LeaseDuration = 5 * time.Second }, "Config.RenewDeadline (10s) must be below Config.LeaseDuration (5s)"},
 	} {

@@ -96,7 +96,7 @@ type balance struct {
 func balanceOf(v *view, shards int) balance {
 	b := balance{shards: shards, held: make(map[string]int)}
 	for id, m := range v.members {
-		if counts(m) {
+		if counts(m) && (m.conf.shards == 0 || m.conf.shards == shards) { // another count gets no share: shardcount.go
 			b.ids = append(b.ids, id)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// This file tracks the requests the API server refuses (issue #32): a
+// This file tracks the requests the API server refuses: a
 // replica that misses an RBAC verb must fail clearly, never hang looking
 // healthy. Without create or update on leases it would never hold a shard;
 // without delete it would never take over a crashed replica's shards (the
@@ -33,9 +33,13 @@ import (
 // wait for a silent member: a replica that cannot do its part for that
 // long is as good as gone.
 
-// permissions is the tracker. Its zero value is not usable; init it.
+// permissions is the tracker. Its zero value is not usable; init it. Its
+// methods are safe for concurrent use; only they touch its fields.
 type permissions struct {
+	// Set by init, read-only after.
 	namespace string // of the Leases, for messages
+	ring      string // Config.Name, for messages
+	identity  string // Config.Identity, for messages
 	gauge     Gauge  // Metrics.Forbidden, may be nil
 	poke      func() // wakes the loop when a kind of request becomes refused
 
@@ -51,21 +55,21 @@ type refusal struct {
 	err   error     // the last 403
 }
 
-func (p *permissions) init(namespace string, gauge Gauge, poke func()) {
-	p.namespace, p.gauge, p.poke = namespace, gauge, poke
+func (p *permissions) init(cfg Config, poke func()) {
+	p.namespace, p.ring, p.identity = cfg.Namespace, cfg.Name, cfg.Identity
+	p.gauge, p.poke = cfg.Metrics.Forbidden, poke
 	p.refused = make(map[request]refusal)
-	setGauge(gauge, 0)
+	setGauge(p.gauge, 0)
 }
 
-// refused records that a request of the replica failed with err. Errors
+// refuse records that a request of the replica failed with err. Errors
 // other than 403 Forbidden are ignored. The first 403 of a kind of request
 // is logged at default verbosity, naming the verb, the resource, the
-// Leases' namespace and the server's message.
-func (r *Replica) refused(verb, resource string, err error) {
+// Leases' namespace and the server's message, and wakes the loop.
+func (p *permissions) refuse(verb, resource string, err error) {
 	if !apierrors.IsForbidden(err) {
 		return
 	}
-	p := &r.perms
 	k := request{verb, resource}
 	p.mu.Lock()
 	cur, already := p.refused[k]
@@ -76,19 +80,19 @@ func (r *Replica) refused(verb, resource string, err error) {
 	p.refused[k] = cur
 	setGauge(p.gauge, 1)
 	p.mu.Unlock()
-	if !already {
-		klog.ErrorS(err, "sharding: the API server refuses a request the replica needs; grant it (RBAC) or the replica leaves the ring after LeaseDuration",
-			"verb", verb, "resource", resource, "namespace", p.namespace, "ring", r.cfg.Name, "identity", r.cfg.Identity)
-		if p.poke != nil {
-			p.poke()
-		}
+	if already {
+		return
+	}
+	klog.ErrorS(err, "sharding: the API server refuses a request the replica needs; grant it (RBAC) or the replica leaves the ring after LeaseDuration",
+		"verb", verb, "resource", resource, "namespace", p.namespace, "ring", p.ring, "identity", p.identity)
+	if p.poke != nil {
+		p.poke()
 	}
 }
 
-// granted records that a request of the replica of that kind succeeded:
-// it is no longer refused.
-func (r *Replica) granted(verb, resource string) {
-	p := &r.perms
+// grant records that a request of that kind succeeded: it is no longer
+// refused.
+func (p *permissions) grant(verb, resource string) {
 	k := request{verb, resource}
 	p.mu.Lock()
 	_, was := p.refused[k]
@@ -99,20 +103,27 @@ func (r *Replica) granted(verb, resource string) {
 	p.mu.Unlock()
 	if was {
 		klog.InfoS("sharding: the API server grants a request it refused before", "verb", verb, "resource", resource,
-			"namespace", p.namespace, "ring", r.cfg.Name, "identity", r.cfg.Identity)
+			"namespace", p.namespace, "ring", p.ring, "identity", p.identity)
 	}
 }
 
-// leaseOutcome is leaseIO's report: a request on leases succeeded (or was
-// authorized: its error is one only an authorized request gets), or failed
-// with err.
-func (r *Replica) leaseOutcome(verb string, err error) {
+// outcome records the outcome of a request: a success (err nil), an
+// answer only an authorized request gets (authorized, leases.go), or a
+// failure.
+func (p *permissions) outcome(verb, resource string, err error) {
 	if err == nil || authorized(err) {
-		r.granted(verb, "leases")
+		p.grant(verb, resource)
 		return
 	}
-	r.refused(verb, "leases", err)
+	p.refuse(verb, resource, err)
 }
+
+// refused and granted are the sharded informers' reports (informer.go).
+func (r *Replica) refused(verb, resource string, err error) { r.perms.refuse(verb, resource, err) }
+func (r *Replica) granted(verb, resource string)            { r.perms.grant(verb, resource) }
+
+// leaseOutcome is leaseIO's report of a request on leases.
+func (r *Replica) leaseOutcome(verb string, err error) { r.perms.outcome(verb, "leases", err) }
 
 // overdue returns when the first refused kind of request falls due (zero if
 // none is refused), and, once it is refused for at least d at now, the
@@ -181,8 +192,13 @@ func (p *permissions) err() error {
 //
 // A replica refused a request (403 Forbidden: a missing RBAC rule) is not
 // ready from the first refusal; Run returns once the same kind of request
-// has been refused for LeaseDuration.
+// has been refused for LeaseDuration. A replica whose ring is configured
+// with another Shards or Field is not ready from the moment it sees it
+// (the error wraps ErrRingMismatch), and Run returns that error.
 func (r *Replica) Ready(*http.Request) error {
+	if err := r.refusal.get(); err != nil {
+		return err
+	}
 	if err := r.perms.err(); err != nil {
 		return err
 	}

@@ -60,6 +60,15 @@ type Metrics struct {
 	// the replica needs, 0 otherwise (forbidden.go; see Replica.Ready). It
 	// is set under the permission tracker's lock.
 	Forbidden Gauge
+	// Mismatch is 1 once the replica refuses its ring, whose Leases were
+	// written with another Config.Shards or Config.Field (Run returns the
+	// error, which wraps ErrRingMismatch), 0 otherwise (shardcount.go).
+	Mismatch Gauge
+	// WithoutUID counts the objects the primary informer added without a
+	// metadata.uid while sharding by UID (Field = FieldUID): they all
+	// hash alike, into one shard. The API server sets a UID on every
+	// object; client-go's fake clientset does not (replica.go).
+	WithoutUID Gauge
 }
 
 func setGauge(g Gauge, v float64) {

@@ -43,16 +43,22 @@ const (
 	// AnnotationRange is the shard's KEP-5866 selector, for people and
 	// tools reading the Lease (never read back).
 	AnnotationRange = "sharding.go-coalesce.io/range"
-	// AnnotationShards is the ring's shard count S on each shard Lease; a
-	// replica configured with another S ignores the Lease.
+	// AnnotationShards is the shard count S of the replica that wrote the
+	// Lease (Config.Shards), on every Lease of the ring; AnnotationField
+	// is its Config.Field. The ring's Lease ("<Name>-ring", LabelRole
+	// "ring") carries those of the replica that created it, and every
+	// replica of the ring must share them (shardcount.go).
 	AnnotationShards = "sharding.go-coalesce.io/shards"
+	AnnotationField  = "sharding.go-coalesce.io/field"
 
 	roleMember = "member"
 	roleShard  = "shard"
+	roleRing   = "ring"
 )
 
 func memberLeaseName(ring, identity string) string { return ring + "-member-" + identity }
 func shardLeaseName(ring string, i int) string     { return ring + "-shard-" + strconv.Itoa(i) }
+func ringLeaseName(ring string) string             { return ring + "-ring" }
 
 func newSession() string { return fmt.Sprintf("%016x", rand.Uint64()) }
 
@@ -185,7 +191,7 @@ func (l *leaseIO) memberLease(session string, start, now time.Time) *coordinatio
 			Name:        memberLeaseName(l.ring, l.identity),
 			Namespace:   l.namespace,
 			Labels:      map[string]string{LabelRing: l.ring, LabelRole: roleMember},
-			Annotations: map[string]string{AnnotationSession: session},
+			Annotations: map[string]string{AnnotationSession: session, AnnotationShards: strconv.Itoa(l.shards), AnnotationField: l.field},
 		},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       &id,
@@ -209,6 +215,7 @@ func (l *leaseIO) shardLease(i int, holder, session string, transitions int32, n
 			Annotations: map[string]string{
 				AnnotationSession: session,
 				AnnotationShards:  strconv.Itoa(l.shards),
+				AnnotationField:   l.field,
 				AnnotationRange:   Selector(l.field, l.shards, []int{i}).String(),
 			},
 		},
@@ -220,6 +227,26 @@ func (l *leaseIO) shardLease(i int, holder, session string, transitions int32, n
 			LeaseTransitions:     &transitions,
 		},
 	}
+}
+
+// createRing creates the ring's Lease, which records this replica's
+// shard count and field for every replica of the ring: it fails
+// (AlreadyExists) if the ring has one.
+func (l *leaseIO) createRing(ctx context.Context, now time.Time) (*coordinationv1.Lease, error) {
+	t := metav1.NewMicroTime(now)
+	out, err := l.leases().Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        ringLeaseName(l.ring),
+			Namespace:   l.namespace,
+			Labels:      map[string]string{LabelRing: l.ring, LabelRole: roleRing},
+			Annotations: map[string]string{AnnotationShards: strconv.Itoa(l.shards), AnnotationField: l.field},
+		},
+		// When, for people reading the Lease. It names no holder, is
+		// never renewed, and only its annotations are read back.
+		Spec: coordinationv1.LeaseSpec{AcquireTime: &t},
+	}, metav1.CreateOptions{})
+	l.report("create", err)
+	return out, err
 }
 
 // authorized reports whether err, the failure of a request, is an answer

@@ -90,6 +90,9 @@ func (r *Replica) Run(ctx context.Context) error {
 	if !synced {
 		return err
 	}
+	if err := r.claimRing(ctx); err != nil || ctx.Err() != nil { // another shard count or field: shardcount.go
+		return err
+	}
 
 	api := context.WithoutCancel(ctx)
 	defer func() {
@@ -247,6 +250,9 @@ func (r *Replica) decide(ctx context.Context, tick bool) {
 	r.ring.consume()
 	v := &r.v
 	r.ring.snapshot(v)
+	if r.checkRing(v) { // another shard count or field: shardcount.go
+		return
+	}
 	r.fence(ctx, v, time.Now())
 	if !r.runs.adopt(v, r.cfg.Identity, r.tried.unknown, time.Now()) {
 		klog.V(2).InfoS("sharding: the ring no longer shows this replica's session: its shards are lost", "ring", r.cfg.Name, "identity", r.cfg.Identity)

@@ -16,11 +16,20 @@
 //		"k8s.io/client-go/tools/cache"
 //	)
 //
+//	deployments := client.AppsV1().Deployments(metav1.NamespaceAll)
 //	r, err := sharding.New(sharding.Config{
 //		Client: client, Namespace: "kube-system", Name: "my-controller",
 //		Identity: podName, Queue: q,
-//		Object:        &appsv1.Deployment{},
-//		ListerWatcher: cache.NewListWatchFromClient(client.AppsV1().RESTClient(), "deployments", "", fields.Everything()),
+//		Object: &appsv1.Deployment{},
+//		// Over the typed client, which client-go's fake clientset serves too.
+//		ListerWatcher: &cache.ListWatch{
+//			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+//				return deployments.List(ctx, o)
+//			},
+//			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+//				return deployments.Watch(ctx, o)
+//			},
+//		},
 //	})
 //	if err != nil {
 //		return err
@@ -38,10 +47,12 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Replica is one replica of a sharded controller. Create it with New, run
@@ -129,6 +140,9 @@ type Replica struct {
 	ring  *ringView   // the ring's Leases as the watch delivers them (ringview.go)
 	io    *leaseIO    // every Lease request (leases.go)
 	perms permissions // refused requests (forbidden.go)
+	// refusal is set once the ring shows another shard count or field
+	// (shardcount.go).
+	refusal mismatch
 
 	// Touched only by the loop goroutine (Run, loop.go and member.go).
 	expire    *time.Timer // calls lose at the session's deadline
@@ -145,6 +159,8 @@ type Replica struct {
 	sessionStart time.Time
 	leaveBy      time.Time // give up leaving here
 	stopErr      error     // why Run leaves, if not its context (forbidden.go)
+
+	withoutUID atomic.Int64 // objects added without a UID (checkUID)
 }
 
 // Errors given as the cause of a cancelled run's context.
@@ -177,7 +193,8 @@ func New(cfg Config) (*Replica, error) {
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
 	}
 	r.runs.init(cfg.Shards)
-	r.perms.init(cfg.Namespace, cfg.Metrics.Forbidden, r.poke)
+	r.perms.init(cfg, r.poke)
+	setGauge(cfg.Metrics.Mismatch, 0)
 	r.io = newLeaseIO(cfg, r.leaseOutcome)
 	if cfg.ListerWatcher != nil {
 		r.primary = newInformer(r, cfg.ListerWatcher, cfg.Object, nil, true)
@@ -393,6 +410,31 @@ func (r *Replica) lose(force bool) {
 	}
 }
 
+// checkUID counts an object added to the primary informer without a UID
+// while sharding by UID (Metrics.WithoutUID), and logs the first at
+// default verbosity: every such object hashes to the shard of "", so one
+// replica holds them all, and a name deleted and created again stays
+// there.
+func (r *Replica) checkUID(obj any) {
+	if r.field != FieldUID {
+		return
+	}
+	if uid, ok := fieldValue(obj, FieldUID); !ok || uid != "" {
+		return
+	}
+	n := r.withoutUID.Add(1)
+	setGauge(r.cfg.Metrics.WithoutUID, float64(n))
+	if n == 1 {
+		key, _ := cache.MetaNamespaceKeyFunc(obj)
+		klog.ErrorS(nil, "sharding: an object has no metadata.uid: sharded by UID, every such object falls in one shard (the API server sets a UID; client-go's fake clientset does not: set one in tests, or shard by namespace)",
+			"ring", r.cfg.Name, "identity", r.cfg.Identity, "object", key, "shard", ShardOf(Hash(""), r.shards))
+	}
+}
+
+// ObjectsWithoutUID returns how many objects the primary informer added
+// without a metadata.uid while sharding by UID (see Metrics.WithoutUID).
+func (r *Replica) ObjectsWithoutUID() int64 { return r.withoutUID.Load() }
+
 // eventHandler admits the keys of the held shards into the queue, and
 // remembers deleted keys for the queue's check (gone). With SkipEventKeys
 // an add or update has nothing to do.
@@ -414,7 +456,10 @@ func (r *Replica) eventHandler() cache.ResourceEventHandler {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { admit(obj, false) },
+		AddFunc: func(obj any) {
+			r.checkUID(obj)
+			admit(obj, false)
+		},
 		UpdateFunc: func(_, obj any) { admit(obj, false) },
 		DeleteFunc: func(obj any) { admit(obj, true) },
 	}

@@ -25,6 +25,11 @@ import (
 type view struct {
 	members map[string]memberInfo // by identity
 	shards  []shardInfo           // by shard index
+	// ringLease is the ring's Lease; extra are the shard Leases of
+	// indices from the view's shard count on, which only a ring of
+	// another count writes (shardcount.go).
+	ringLease ringInfo
+	extra     map[int]shardInfo
 }
 
 type memberInfo struct {
@@ -42,6 +47,9 @@ type memberInfo struct {
 	// delivered that version (or a list returned it). A member is fenced
 	// LeaseDuration after that, if ref has not changed since.
 	at time.Time
+	// conf is the shard count and field the member was configured with
+	// (zero for a Lease written before they were recorded).
+	conf ringConf
 }
 
 type shardInfo struct {
@@ -49,6 +57,7 @@ type shardInfo struct {
 	ref             leaseRef
 	holder, session string
 	transitions     int32
+	conf            ringConf // of the replica that wrote it (shardcount.go)
 }
 
 // ringView is the ring's Leases as the replica's watch has delivered them,
@@ -77,10 +86,12 @@ type ringView struct {
 	changed    chan struct{} // capacity 1: poked on every change
 	synced     chan struct{} // closed at the first Replace
 
-	mu      sync.Mutex // protects the fields below
-	members map[string]memberInfo
-	shards  []shardInfo
-	isSync  bool
+	mu        sync.Mutex // protects the fields below
+	members   map[string]memberInfo
+	shards    []shardInfo
+	ringLease ringInfo
+	extra     map[int]shardInfo
+	isSync    bool
 }
 
 func newRingView(ring string, shards int) *ringView {
@@ -90,6 +101,7 @@ func newRingView(ring string, shards int) *ringView {
 		synced:  make(chan struct{}),
 		members: make(map[string]memberInfo),
 		shards:  make([]shardInfo, shards),
+		extra:   make(map[int]shardInfo),
 	}
 }
 
@@ -130,6 +142,8 @@ func (g *ringView) snapshot(v *view) {
 	defer g.mu.Unlock()
 	maps.Copy(v.members, g.members)
 	v.shards = append(v.shards[:0], g.shards...)
+	v.ringLease = g.ringLease
+	v.extra = maps.Clone(g.extra)
 }
 
 func (g *ringView) poke() {
@@ -143,13 +157,17 @@ func (g *ringView) poke() {
 type parsed struct {
 	member string // the identity, for a membership Lease
 	shard  int    // the index, for a shard Lease; -1 otherwise
+	ring   bool   // the ring's Lease
 	m      memberInfo
 	s      shardInfo
+	r      ringInfo
 }
 
 // parse reads le as a Lease of the ring, or returns false if it is not one
-// (another ring's, a shard Lease for another shard count, a membership
-// Lease whose holder is not the identity in its name).
+// (another ring's, a membership Lease whose holder is not the identity in
+// its name). A shard Lease written by a replica of another shard count or
+// field is one: it is free if its holder is gone, and a conflict if not
+// (shardcount.go).
 func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 	holder := ""
 	if le.Spec.HolderIdentity != nil {
@@ -166,14 +184,19 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 		confirmed := le.Spec.AcquireTime == nil || le.Spec.RenewTime == nil ||
 			!le.Spec.AcquireTime.Equal(le.Spec.RenewTime)
 		return parsed{member: id, shard: -1, m: memberInfo{ref: refOf(le),
-			session: le.Annotations[AnnotationSession], confirmed: confirmed}}, true
+			session: le.Annotations[AnnotationSession], confirmed: confirmed, conf: confOf(le)}}, true
+	case roleRing:
+		if le.Name != ringLeaseName(g.ring) {
+			return parsed{}, false
+		}
+		return parsed{shard: -1, ring: true, r: ringInfo{exists: true, ref: refOf(le), conf: confOf(le)}}, true
 	case roleShard:
 		s, ok := strings.CutPrefix(le.Name, g.ring+"-shard-")
-		if !ok || le.Annotations[AnnotationShards] != strconv.Itoa(g.shardCount) {
+		if !ok {
 			return parsed{}, false
 		}
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 || n >= g.shardCount {
+		if err != nil || n < 0 || n >= maxShards {
 			return parsed{}, false
 		}
 		var tr int32
@@ -181,7 +204,7 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 			tr = *le.Spec.LeaseTransitions
 		}
 		return parsed{shard: n, s: shardInfo{exists: true, ref: refOf(le), holder: holder,
-			session: le.Annotations[AnnotationSession], transitions: tr}}, true
+			session: le.Annotations[AnnotationSession], transitions: tr, conf: confOf(le)}}, true
 	}
 	return parsed{}, false
 }
@@ -201,6 +224,9 @@ func olderRV(a, b string) bool {
 // fenceAt anyway): at 100 replicas the watch delivers 50 renewals a second,
 // and none of them needs a decision. g.mu must be held.
 func (g *ringView) setLocked(p parsed, now time.Time) bool {
+	if handled, changed := g.setOtherLocked(p); handled {
+		return changed
+	}
 	if p.shard >= 0 {
 		cur := g.shards[p.shard]
 		if cur.exists && (cur.ref == p.s.ref || olderRV(p.s.ref.rv, cur.ref.rv)) {
@@ -223,6 +249,9 @@ func (g *ringView) setLocked(p parsed, now time.Time) bool {
 // newer than ref (the deleted version, or the delete's resourceVersion).
 // g.mu must be held.
 func (g *ringView) removeLocked(p parsed, ref leaseRef) bool {
+	if handled, changed := g.removeOtherLocked(p, ref); handled {
+		return changed
+	}
 	if p.shard >= 0 {
 		cur := g.shards[p.shard]
 		if !cur.exists || olderRV(ref.rv, cur.ref.rv) {
@@ -329,6 +358,9 @@ func (g *ringView) Replace(items []any, listRV string) error {
 	shards := make([]bool, len(g.shards))
 	for _, p := range ps {
 		g.setLocked(p, now)
+		if g.otherLocked(p) {
+			continue
+		}
 		if p.shard >= 0 {
 			shards[p.shard] = true
 		} else {
@@ -346,6 +378,7 @@ func (g *ringView) Replace(items []any, listRV string) error {
 			g.removeLocked(parsed{shard: i}, unlisted)
 		}
 	}
+	g.replaceOthersLocked(ps, unlisted)
 	first := !g.isSync
 	g.isSync = true
 	g.mu.Unlock()
