@@ -143,6 +143,8 @@ type Replica struct {
 	// sessionStart is when the join that started the session was sent:
 	// the acquireTime of every renewal of the session.
 	sessionStart time.Time
+	plans        planned   // the ring's planned moves (loop.go)
+	leaveAt      time.Time // when the leave began
 	leaveBy      time.Time // give up leaving here
 	stopErr      error     // why Run leaves, if not its context (forbidden.go)
 }

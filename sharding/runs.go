@@ -56,8 +56,9 @@ type ledger struct {
 	nextRun  uint64
 	inflight int            // runs in flight, all shards
 	gone     map[string]int // deleted objects' keys waiting for a run → shard
-	// leaving is set when Run's context ends: no shard is taken or kept.
-	leaving bool
+	// isLeaving is set when Run's context ends: no shard is taken, and
+	// each held one is handed over.
+	isLeaving bool
 	// informers are the running sharded informers; filled[s] is true
 	// once every one of them has synced shard s (setFilled). A shard's
 	// keys are admitted only while it is active and filled.
@@ -167,7 +168,7 @@ func (b *ledger) end(id uint64, s int, key string, found bool, err error) (poke 
 		delete(b.gone, key)
 	}
 	return (b.state[s].state == shardDraining && b.state[s].inflight == 0) ||
-		(b.inflight == 0 && (!b.alive || b.leaving))
+		(b.inflight == 0 && (!b.alive || b.isLeaving))
 }
 
 // cancelShardLocked cancels the runs of shard i. b.mu must be held.
@@ -188,7 +189,7 @@ func (b *ledger) lose(force bool, now time.Time) bool {
 	if !b.alive || (!force && now.Before(b.deadline)) {
 		return false
 	}
-	if !b.leaving {
+	if !b.isLeaving {
 		for i := range b.state {
 			if b.state[i].state != shardFree {
 				b.lapsed[i] = now
@@ -217,12 +218,26 @@ func (b *ledger) freeAllLocked() {
 	}
 }
 
-// status returns what the loop's decisions need of the session: whether it
-// is alive, its token, the runs in flight, and whether the replica leaves.
-func (b *ledger) status() (alive bool, session string, inflight int, leaving bool) {
+// sessionState is what the loop's decisions need of the session.
+type sessionState struct {
+	alive    bool   // the session is continuous (see ledger.alive)
+	session  string // its token
+	inflight int    // runs in flight, all shards
+	leaving  bool   // the replica leaves (Run's context ended)
+}
+
+// status returns the session's state.
+func (b *ledger) status() sessionState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.alive, b.session, b.inflight, b.leaving
+	return sessionState{alive: b.alive, session: b.session, inflight: b.inflight, leaving: b.isLeaving}
+}
+
+// leaving reports whether the replica leaves.
+func (b *ledger) leaving() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.isLeaving
 }
 
 // readiness returns whether a session has begun once, and whether one is
@@ -251,20 +266,13 @@ func (b *ledger) answered(sent, now time.Time, renewDeadline time.Duration, wasA
 	return a
 }
 
-// leave marks the replica leaving and returns the shards it holds active,
-// for the caller to drain.
-func (b *ledger) leave() []int {
+// leave marks the replica leaving: it takes no shard from now on, and
+// keeps none warm. The loop drains its shards as it hands them over.
+func (b *ledger) leave() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.leaving = true
+	b.isLeaving = true
 	clear(b.lapsed)
-	var out []int
-	for i := range b.state {
-		if b.state[i].state == shardActive {
-			out = append(out, i)
-		}
-	}
-	return out
 }
 
 // drain starts giving up the given active shards: no key of theirs is
@@ -342,7 +350,7 @@ func (b *ledger) adopt(v *view, self string, unknown []string, now time.Time) bo
 	}
 	for i := range v.shards {
 		st := &b.state[i]
-		switch adoptShard(v.shards[i], self, b.alive, b.session, st.state, unknown[i], b.leaving) {
+		switch adoptShard(v.shards[i], self, b.alive, b.session, st.state, unknown[i], b.isLeaving) {
 		case adoptFree:
 			st.state = shardFree
 			b.cancelShardLocked(i, ErrLeaseLost)
@@ -363,7 +371,7 @@ func (b *ledger) adopt(v *view, self string, unknown []string, now time.Time) bo
 func (b *ledger) acquired(i int, session string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.alive && b.session == session && !b.leaving && b.state[i].state == shardFree {
+	if b.alive && b.session == session && !b.isLeaving && b.state[i].state == shardFree {
 		b.state[i] = shard{state: shardActive, inflight: b.state[i].inflight}
 		b.lapsed[i] = time.Time{}
 	}
