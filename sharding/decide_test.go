@@ -89,14 +89,14 @@ func TestBalanceOf(t *testing.T) {
 func TestMoves(t *testing.T) {
 	none := make([]string, 8)
 	for _, tc := range []struct {
-		name            string
-		members         []string
-		holders         []string
-		self            string
-		aliveFor        int
-		active          []int
-		failed          []string
-		drain, acquire  []int
+		name           string
+		members        []string
+		holders        []string
+		self           string
+		aliveFor       int
+		active         []int
+		failed         []string
+		drain, acquire []int
 	}{
 		{name: "a holds all, b joined: a gives up b's share",
 			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "a", "a", "a", "a"},
