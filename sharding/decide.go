@@ -19,7 +19,9 @@ import (
 //
 //   - balanceOf, share, holds, counts: the confirmed members and their
 //     shares (README "Balance", "Confirmed members");
-//   - moves: which shards to give up and which to take;
+//   - plan, moves, prefetch, handoffs: the planned moves (make before
+//     break): who takes which shard, which shards the taker fills ahead,
+//     when the holder hands one over, and which free shards to take;
 //   - fences: which members to fence now, and when the next one is due
 //     (ownership case 3);
 //   - sessionOver, adoptShard: what the view says of our session and of
@@ -132,7 +134,8 @@ func (b balance) deficit(k int) int { return max(0, b.share(k)-b.held[b.ids[k]])
 // by position in b.ids, each sorted.
 //
 // A free shard whose Lease still names a member of v (an earlier session
-// of it: its session lapsed, and it joined again) is kept for that
+// of it: its session lapsed, and it joined again; or, released by plan,
+// the taker its holder handed it to: shardInfo.next) is kept for that
 // member: up to its deficit once its new session counts, and all of them
 // while its join, the first after a confirmed session (rejoined), does
 // not count yet (its first renewal is a period away). A member whose

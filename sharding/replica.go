@@ -362,18 +362,18 @@ func (r *Replica) shardOfKey(key string) (int, bool) {
 func (r *Replica) Handler(handle func(ctx context.Context, key string) error) func(context.Context, string) error {
 	return func(ctx context.Context, key string) (err error) {
 		s, inStore := r.shardOfKey(key)
-		id, s, rctx, cancel, ok := r.runs.begin(ctx, key, s, inStore, time.Now())
+		tk, ok := r.runs.begin(ctx, key, s, inStore, time.Now())
 		if !ok {
 			return nil
 		}
 		defer func() {
-			poke := r.runs.end(id, s, key, inStore, err)
-			cancel(nil)
+			poke := r.runs.end(tk, err)
+			tk.cancel(nil)
 			if poke {
 				r.poke()
 			}
 		}()
-		return handle(rctx, key)
+		return handle(tk.ctx, key)
 	}
 }
 

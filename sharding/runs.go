@@ -130,42 +130,55 @@ func (b *ledger) event(key string, s int, deleted bool, now time.Time) bool {
 	return ok
 }
 
-// begin starts a run of key (of shard s if found) at now, if it is
-// admitted: it returns the run's id, its shard, and its context, which
-// lose, adopt and drainScan cancel, with its cancel function (for the
-// caller, once the run has returned and end has recorded it).
-func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now time.Time) (uint64, int, context.Context, context.CancelCauseFunc, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !found {
-		if s, found = b.gone[key]; !found {
-			return 0, 0, nil, nil, false
-		}
-	}
-	if !b.admitsLocked(s, now) {
-		return 0, 0, nil, nil, false
-	}
-	id := b.nextRun
-	b.nextRun++
-	rctx, cancel := context.WithCancelCause(ctx)
-	b.flight[id] = run{shard: s, cancel: cancel}
-	b.state[s].inflight++
-	b.inflight++
-	return id, s, rctx, cancel, true
+// ticket is one admitted run, from begin to end.
+type ticket struct {
+	id    uint64
+	shard int
+	key   string
+	found bool // the key's object was in the store at begin
+	// ctx is the run's context, which lose, adopt and drainScan cancel;
+	// cancel is for the caller, once the run has returned and end has
+	// recorded it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
-// end records the end of run id of shard s. A deleted key (not found at
-// begin) whose run succeeded is forgotten. It reports whether the loop
-// waits for this: the shard's last run while it drains, or the last run
-// while the session is over or the replica leaving.
-func (b *ledger) end(id uint64, s int, key string, found bool, err error) (poke bool) {
+// begin starts a run of key (of shard s if found) at now, if it is
+// admitted, and returns its ticket.
+func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now time.Time) (ticket, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.flight, id)
+	tk := ticket{shard: s, key: key, found: found}
+	if !found {
+		if tk.shard, found = b.gone[key]; !found {
+			return ticket{}, false
+		}
+	}
+	if !b.admitsLocked(tk.shard, now) {
+		return ticket{}, false
+	}
+	tk.id = b.nextRun
+	b.nextRun++
+	tk.ctx, tk.cancel = context.WithCancelCause(ctx)
+	b.flight[tk.id] = run{shard: tk.shard, cancel: tk.cancel}
+	b.state[tk.shard].inflight++
+	b.inflight++
+	return tk, true
+}
+
+// end records the end of run tk, which returned err. A deleted key (not
+// found at begin) whose run succeeded is forgotten. It reports whether the
+// loop waits for this: the shard's last run while it drains, or the last
+// run while the session is over or the replica leaving.
+func (b *ledger) end(tk ticket, err error) (poke bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := tk.shard
+	delete(b.flight, tk.id)
 	b.state[s].inflight--
 	b.inflight--
-	if !found && err == nil {
-		delete(b.gone, key)
+	if !tk.found && err == nil {
+		delete(b.gone, tk.key)
 	}
 	return (b.state[s].state == shardDraining && b.state[s].inflight == 0) ||
 		(b.inflight == 0 && (!b.alive || b.isLeaving))
