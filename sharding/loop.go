@@ -283,12 +283,15 @@ func (r *Replica) decide(ctx context.Context, tick bool) {
 		// counts, or the view does not show the leave yet) are given up
 		// at once, as are all of them once the leave's bound is over.
 		r.plans.prefetch, acquire = nil, nil
+		bound := r.leaveAt.Add(r.handoffWait())
 		for _, i := range active {
-			if to[i] == "" || !now.Before(r.leaveAt.Add(r.handoffWait())) {
+			if to[i] == "" || !now.Before(bound) {
 				drain = append(drain, i)
 			}
 		}
-		r.plans.handoffAt = earliest(r.plans.handoffAt, r.leaveAt.Add(r.handoffWait()))
+		if now.Before(bound) { // a bound past would wake the loop at once, for ever
+			r.plans.handoffAt = earliest(r.plans.handoffAt, bound)
+		}
 	} else {
 		r.plans.prefetch = prefetch(v, to, r.cfg.Identity)
 	}

@@ -195,7 +195,9 @@ func New(cfg Config) (*Replica, error) {
 // LIST is in (a shard's keys are admitted only then) until it is released
 // (its objects then leave the store without Delete events), and, after
 // its session lapsed, the shards it held then, until another replica
-// holds them (README, Cache: "A lapse keeps the cache"). Read its
+// holds them (README, Cache: "A lapse keeps the cache"); and the shards
+// a planned move brings it, from before it holds them (their keys are
+// admitted only once it does). Read its
 // store, indexer or a lister built on it; Run runs it when it was built
 // from Config.ListerWatcher. It is nil while Config.ListerWatcher is nil
 // and NewInformer has not built it yet.

@@ -225,7 +225,8 @@ func (inf *Informer) RunWithContext(ctx context.Context) {
 	inf.mu.Unlock()
 }
 
-// SetShards makes the informer follow held, the shards the replica holds:
+// SetShards makes the informer follow held, the shards the replica fills
+// (those it holds, and those it keeps warm or fills ahead of a move):
 // it drops the objects of the shards no longer held, without events, and
 // starts filling the new ones (in client mode, with one restart of the
 // one Reflector however many shards were gained).
