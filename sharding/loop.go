@@ -431,7 +431,11 @@ func (r *Replica) progress(api context.Context) time.Time {
 func (r *Replica) leave(api context.Context) {
 	now := time.Now()
 	r.leaveAt = now
-	r.leaveBy = now.Add(r.handoffWait() + r.cfg.GracePeriod + r.cfg.RenewDeadline)
+	if r.stopErr != nil {
+		// Refused by the API server: hand nothing over, leave now.
+		r.leaveAt = now.Add(-r.handoffWait())
+	}
+	r.leaveBy = now.Add(r.leaveAt.Sub(now) + r.handoffWait() + r.cfg.GracePeriod + r.cfg.RenewDeadline)
 	r.runs.leave()
 	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
 	defer cancel()
