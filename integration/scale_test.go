@@ -133,6 +133,7 @@ type scaleRing struct {
 type scaleRow struct {
 	phase                 string
 	settled               time.Duration
+	gaps                  string // scaleGaps
 	apiBase, apiLivePeak  uint64
 	apiInUsePeak, apiLive uint64
 	wire, body            [3]int64 // min, median, max over the live replicas
@@ -246,11 +247,13 @@ func (g *scaleRing) phase(name string, change func()) {
 	row := scaleRow{phase: name, loadBefore: loadavg()}
 	g.each(g.live(), "phase")
 	row.apiBase = g.heap.reset()
+	gaps := newScaleGaps(g.each(g.live(), "status"))
 	start := time.Now()
 	change()
 	var last []scaleReport
 	for {
 		last = g.each(g.live(), "status")
+		gaps.poll(last)
 		why := g.settled(last)
 		if why == "" {
 			row.settled = time.Since(start)
@@ -281,14 +284,58 @@ func (g *scaleRing) phase(name string, change func()) {
 	}
 	row.wire, row.body = spread(wire), spread(body)
 	row.heap, row.peak = spread(heaps), spread(peaks)
-	t.Logf("FIGURES filter=%s %s: settled in %v; API server process heap: live %s at the change, peak live %s, peak in use %s, live %s after; replicas: %s; reads by %s of %d unmoved shards: %d, longest %v, p99.9 ≤ %v, %d found nothing; loadavg %s → %s",
-		g.mode, name, row.settled.Round(time.Millisecond), mib(row.apiBase), mib(row.apiLivePeak), mib(row.apiInUsePeak), mib(row.apiLive),
+	row.gaps = gaps.String()
+	t.Logf("FIGURES filter=%s %s: settled in %v; moved shards unadmitted (gap, to the poll): %s; API server process heap: live %s at the change, peak live %s, peak in use %s, live %s after; replicas: %s; reads by %s of %d unmoved shards: %d, longest %v, p99.9 ≤ %v, %d found nothing; loadavg %s → %s",
+		g.mode, name, row.settled.Round(time.Millisecond), row.gaps, mib(row.apiBase), mib(row.apiLivePeak), mib(row.apiInUsePeak), mib(row.apiLive),
 		strings.Join(row.perReplica, "; "), scaleReader, len(row.read.ReadsShards), row.read.Reads, row.read.MaxRead, row.read.P999Read, row.read.ReadMisses,
 		row.loadBefore, row.loadAfter)
 	if row.read.ReadMisses > 0 {
 		t.Errorf("%s: %d reads of objects of unmoved shards found nothing", name, row.read.ReadMisses)
 	}
 	g.rows = append(g.rows, row)
+}
+
+// scaleGaps measures, from the parent's status polls, how long each shard
+// that moved was admitted by no live replica: from the last poll that
+// found it admitted to the first that found it admitted again. The polls
+// are scalePoll apart, so each gap is an upper bound, at most scalePoll
+// (and a poll's round trip) over the true one; a shard that was never
+// admitted before (the start) has none.
+type scaleGaps struct {
+	lastAt map[int]time.Time // when a poll last found the shard admitted
+	was    map[int]bool      // admitted at the previous poll
+	gaps   []time.Duration
+}
+
+func newScaleGaps(reps []scaleReport) *scaleGaps {
+	g := &scaleGaps{lastAt: map[int]time.Time{}, was: map[int]bool{}}
+	g.poll(reps)
+	return g
+}
+
+func (g *scaleGaps) poll(reps []scaleReport) {
+	now := time.Now()
+	is := map[int]bool{}
+	for _, rep := range reps {
+		for _, s := range rep.Shards {
+			is[s] = true
+		}
+	}
+	for s := range is {
+		if at, ok := g.lastAt[s]; ok && !g.was[s] {
+			g.gaps = append(g.gaps, now.Sub(at))
+		}
+		g.lastAt[s] = now
+	}
+	g.was = is
+}
+
+func (g *scaleGaps) String() string {
+	if len(g.gaps) == 0 {
+		return "none"
+	}
+	slices.Sort(g.gaps)
+	return fmt.Sprintf("%d, p50 %v, max %v", len(g.gaps), g.gaps[len(g.gaps)/2].Round(10*time.Millisecond), g.gaps[len(g.gaps)-1].Round(10*time.Millisecond))
 }
 
 // settled describes the first way the ring is not settled, or returns "".
@@ -328,15 +375,15 @@ func (g *scaleRing) logTable(took time.Duration) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "FIGURES table, filter=%s, %d ConfigMaps, %d replicas, %d shards, %s, the mode's run took %v:\n",
 		g.mode, g.d.objects, scaleReplicas, proofShards, runtime.Version(), took.Round(time.Second))
-	b.WriteString("| phase | settled in | API server process heap: live at change / peak live / peak in use | bytes received per replica, wire (min / median / max) | decoded | replica live heap at settle (min / median / max) | replica peak live heap | longest read of an unmoved shard (p99.9) | loadavg |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| phase | settled in | moved shards unadmitted (count, p50, max; to the 250 ms poll) | API server process heap: live at change / peak live / peak in use | bytes received per replica, wire (min / median / max) | decoded | replica live heap at settle (min / median / max) | replica peak live heap | longest read of an unmoved shard (p99.9) | loadavg |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range g.rows {
 		read := "—"
 		if r.read.Reads > 0 {
 			read = fmt.Sprintf("%v (≤ %v), %d reads", r.read.MaxRead, r.read.P999Read, r.read.Reads)
 		}
-		fmt.Fprintf(&b, "| %s | %v | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s | %s → %s |\n",
-			r.phase, r.settled.Round(10*time.Millisecond),
+		fmt.Fprintf(&b, "| %s | %v | %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s | %s → %s |\n",
+			r.phase, r.settled.Round(10*time.Millisecond), r.gaps,
 			mib(r.apiBase), mib(r.apiLivePeak), mib(r.apiInUsePeak),
 			mib(r.wire[0]), mib(r.wire[1]), mib(r.wire[2]),
 			mib(r.body[0]), mib(r.body[1]), mib(r.body[2]),

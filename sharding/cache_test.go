@@ -491,15 +491,13 @@ func TestServerStopsFiltering(t *testing.T) {
 	})
 }
 
-// TestCacheShapes measures the three shapes a sharded cache can take
-// through one join (4 replicas, 64 shards, 2,000 objects; the fifth
-// replica takes its share while objects change): one list+watch per held
-// shard (built), one watch per replica with its ranges merged and
-// restarted when they change (MergeRanges, for the comparison), and one
-// full watch filtered on the client (the fallback, built). It counts, over
-// every replica, the LISTs and the objects they returned, the watches
-// started and open, and the watch events sent. Only the per-shard shape
-// lists no more than the moved shards' objects.
+// TestCacheShapes measures the two shapes the sharded cache takes through
+// one join (4 replicas, 64 shards, 2,000 objects; the fifth replica takes
+// its share while objects change): one list+watch per held shard (the
+// server filtering) and one full watch filtered on the client. It counts,
+// over every replica, the LISTs and the objects they returned, the
+// watches started and open, and the watch events sent. The per-shard
+// shape lists only the moved shards' objects.
 func TestCacheShapes(t *testing.T) {
 	const replicas, shards, objs, updates = 4, 64, 2000, 300
 	type figures struct{ lists, listed, started, open, sent int }
@@ -507,9 +505,6 @@ func TestCacheShapes(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			rg := newRing(t, shards, objs)
 			rg.clientFilter = shape == "client"
-			if shape == "merged" {
-				rg.created = func(_ string, r *sharding.Replica) { sharding.MergeRanges(r) }
-			}
 			defer rg.stopAll()
 			for range replicas {
 				rg.start(false)
@@ -542,15 +537,15 @@ func TestCacheShapes(t *testing.T) {
 		return f
 	}
 	got := map[string]figures{}
-	for _, shape := range []string{"per-shard", "merged", "client"} {
+	for _, shape := range []string{"per-shard", "client"} {
 		t.Run(shape, func(t *testing.T) { got[shape] = measure(t, shape) })
 	}
-	ps, mg, cl := got["per-shard"], got["merged"], got["client"]
-	if !(ps.listed < mg.listed && ps.listed < cl.listed) {
-		t.Errorf("objects listed through a join: per shard %d, merged %d, client %d; want per shard the fewest", ps.listed, mg.listed, cl.listed)
+	ps, cl := got["per-shard"], got["client"]
+	if !(ps.listed < cl.listed) {
+		t.Errorf("objects listed through a join: per shard %d, client %d; want per shard the fewer", ps.listed, cl.listed)
 	}
-	if ps.open != shards || mg.open != replicas+1 || cl.open != replicas+1 {
-		t.Errorf("watches open: per shard %d (want S=%d), merged %d and client %d (want N=%d)", ps.open, shards, mg.open, cl.open, replicas+1)
+	if ps.open != shards || cl.open != replicas+1 {
+		t.Errorf("watches open: per shard %d (want S=%d), client %d (want N=%d)", ps.open, shards, cl.open, replicas+1)
 	}
 	if !(cl.sent > 2*ps.sent) {
 		t.Errorf("watch events sent: client %d, per shard %d; want the client filtering to get each change on every replica", cl.sent, ps.sent)

@@ -19,7 +19,9 @@ import (
 //
 //   - balanceOf, share, holds, counts: the confirmed members and their
 //     shares (README "Balance", "Confirmed members");
-//   - moves: which shards to give up and which to take;
+//   - plan, moves, prefetch, handoffs: the planned moves (make before
+//     break): who takes which shard, which shards the taker fills ahead,
+//     when the holder hands one over, and which free shards to take;
 //   - fences: which members to fence now, and when the next one is due
 //     (ownership case 3);
 //   - sessionOver, adoptShard: what the view says of our session and of
@@ -68,7 +70,11 @@ func versionOf(s shardInfo) string {
 // join may come from a replica whose requests land but whose answers are
 // lost: it can never take a shard, and since it keeps writing nobody
 // fences it; a share would wait for it while the fault lasts.
-func counts(m memberInfo) bool { return m.confirmed }
+//
+// A member that announced its leave (memberInfo.leaving) counts no more
+// either: its shards are planned for the others (plan), which fill their
+// caches for them while it still admits their keys.
+func counts(m memberInfo) bool { return m.confirmed && !m.leaving }
 
 // holds reports whether shard Lease s is held: it names a holder whose
 // membership Lease is in v with the same session. A shard whose holder's
@@ -128,7 +134,8 @@ func (b balance) deficit(k int) int { return max(0, b.share(k)-b.held[b.ids[k]])
 // by position in b.ids, each sorted.
 //
 // A free shard whose Lease still names a member of v (an earlier session
-// of it: its session lapsed, and it joined again) is kept for that
+// of it: its session lapsed, and it joined again; or, released by plan,
+// the taker its holder handed it to: shardInfo.next) is kept for that
 // member: up to its deficit once its new session counts, and all of them
 // while its join, the first after a confirmed session (rejoined), does
 // not count yet (its first renewal is a period away). A member whose
@@ -144,6 +151,13 @@ func (b balance) deficit(k int) int { return max(0, b.share(k)-b.held[b.ids[k]])
 // tens of seconds) lapses, reshuffles and their lists fed each other and
 // the ring never settled.
 func (b balance) deal(v *view) [][]int {
+	out, _ := b.dealNeed(v)
+	return out
+}
+
+// dealNeed is deal, and what each member (by position in b.ids) is still
+// short of once the free shards are dealt.
+func (b balance) dealNeed(v *view) ([][]int, []int) {
 	pos := make(map[string]int, len(b.ids))
 	need := make([]int, len(b.ids))
 	for k, id := range b.ids {
@@ -154,6 +168,9 @@ func (b balance) deal(v *view) [][]int {
 	var rest []int
 	for _, i := range b.free {
 		h := v.shards[i].holder
+		if h == "" {
+			h = v.shards[i].next // released for a planned taker (see plan)
+		}
 		m, member := v.members[h]
 		if h == "" || !member {
 			rest = append(rest, i)
@@ -174,45 +191,97 @@ func (b balance) deal(v *view) [][]int {
 	for k := range out {
 		n := min(need[k], len(rest))
 		out[k] = append(out[k], rest[:n]...)
+		need[k] -= n
 		rest = rest[n:]
 		slices.Sort(out[k])
 	}
-	return out
+	return out, need
 }
 
-// moves decides how self moves towards its share of b: the shards it
-// starts draining (from active, the shards whose keys it admits; draining
-// are those it is giving up already), and the free shards it acquires.
+// plan decides the planned moves of the ring as v shows it: for each
+// shard, the member that will take it from its live holder ("" if none).
+// Every replica computes the same plan from the same view, so the taker
+// fills its cache for a shard (prefetch, never admitted) while the holder
+// still admits its keys, and the holder gives the shard up only once the
+// taker says it has synced it (handoffs): a planned move makes the
+// shard's keys wait for the holder's drain, not for a list.
 //
-// A member over its share gives up as many shards as the others are
-// waiting for (their deficits beyond the free shards), the last of its
-// active ones. A member under its share takes the free shards deal gives
-// it, so replicas working from the same view never race for the same
-// shard. It takes none before its third
-// tick (aliveFor ≥ 3): the others count it from its first renewal, its
-// second tick, so a newcomer waits one more tick to see the renewals of
-// the members that started with it, and replicas started together deal
-// each shard out once. A shard whose write failed at the version v shows
-// (failed[i], see tried) is not taken again before the view moves on.
-func moves(v *view, b balance, self string, aliveFor int, active, draining []int, failed []string) (drain, acquire []int) {
-	me := slices.Index(b.ids, self)
-	if me < 0 {
-		return nil, nil
+// The shards planned away are a holder's surplus, the last of the shards
+// it holds beyond its share (all of them for a member that announced its
+// leave), holders taken in identity order; they go to the members still
+// short of their share once the free shards are dealt (dealNeed), in
+// identity order, as many as those are waiting for. A join moves only the
+// newcomer's share; a leave only the leaver's shards (Balance). Views
+// that differ (watches at different points) give different plans: a
+// taker may then prefetch in vain, or a holder wait for a taker that
+// does not come (a bound, handoffWait, ends that wait), never two
+// admitting holders: the plan decides only when a holder starts
+// draining, and the Lease protocol does the rest as for any move.
+func (b balance) plan(v *view) []string {
+	to := make([]string, len(v.shards))
+	if len(b.ids) == 0 {
+		return to
 	}
-	if over := b.held[self] - b.share(me); over > 0 {
-		wanted := -len(b.free)
-		for k := range b.ids {
-			if k != me {
-				wanted += b.deficit(k)
+	_, need := b.dealNeed(v)
+	pos := make(map[string]int, len(b.ids))
+	for k, id := range b.ids {
+		pos[id] = k
+	}
+	holders := make([]string, 0, len(b.held))
+	for h := range b.held {
+		holders = append(holders, h)
+	}
+	slices.Sort(holders)
+	var surplus []int
+	for _, h := range holders {
+		over := 0
+		if k, ok := pos[h]; ok {
+			over = b.held[h] - b.share(k)
+		} else if m := v.members[h]; m.leaving {
+			over = b.held[h]
+		}
+		if over <= 0 {
+			continue
+		}
+		var mine []int
+		for i, s := range v.shards {
+			if s.holder == h && holds(v, s) {
+				mine = append(mine, i)
 			}
 		}
-		if k := min(over, wanted) - len(draining); k > 0 {
-			drain = active[max(0, len(active)-k):]
-		}
-		return drain, nil
+		surplus = append(surplus, mine[len(mine)-over:]...)
 	}
-	if aliveFor < 3 {
-		return nil, nil
+	for k := range b.ids {
+		for ; need[k] > 0 && len(surplus) > 0; need[k]-- {
+			to[surplus[0]] = b.ids[k]
+			surplus = surplus[1:]
+		}
+	}
+	return to
+}
+
+// moves decides how self moves towards its share of b, given the plan to
+// (plan): the active shards (those whose keys it admits) that the plan
+// gives to another member, which it hands over (handoffs says when), and
+// the free shards it acquires.
+//
+// A member under its share takes the free shards deal gives it, so
+// replicas working from the same view never race for the same shard. It
+// takes none before its third tick (aliveFor ≥ 3): the others count it
+// from its first renewal, its second tick, so a newcomer waits one more
+// tick to see the renewals of the members that started with it, and
+// replicas started together deal each shard out once. A shard whose write
+// failed at the version v shows (failed[i], see tried) is not taken again
+// before the view moves on.
+func moves(v *view, b balance, to []string, self string, aliveFor int, active []int, failed []string) (give, acquire []int) {
+	for _, i := range active {
+		if to[i] != "" && to[i] != self {
+			give = append(give, i)
+		}
+	}
+	me := slices.Index(b.ids, self)
+	if me < 0 || len(give) > 0 || aliveFor < 3 {
+		return give, nil
 	}
 	for _, i := range b.deal(v)[me] {
 		if failed[i] == versionOf(v.shards[i]) {
@@ -221,6 +290,41 @@ func moves(v *view, b balance, self string, aliveFor int, active, draining []int
 		acquire = append(acquire, i)
 	}
 	return nil, acquire
+}
+
+// prefetch returns the shards self fills without holding them, because v
+// shows they are coming to it: planned for it (to, see plan), or released
+// for it (their Lease names it as the next holder) and not yet taken.
+func prefetch(v *view, to []string, self string) []int {
+	var out []int
+	for i, s := range v.shards {
+		if to[i] == self || !holds(v, s) && s.holder == "" && s.next == self {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// handoffs decides which of the shards self gives (moves) it starts
+// draining at now: those whose taker (to) says, in its membership Lease,
+// that it has synced them (memberInfo.synced), and every one once
+// handoffWait has passed since since[i], when self first saw shard i
+// planned for that taker (a taker whose cache does not sync, or that runs
+// a version that does not prefetch, is not waited for longer: its move
+// then costs a list, as a crash move does). It also returns the next
+// instant a bound falls due (zero if none).
+func handoffs(v *view, to []string, give []int, since []time.Time, now time.Time, handoffWait time.Duration) (drain []int, next time.Time) {
+	for _, i := range give {
+		due := since[i].Add(handoffWait)
+		if slices.Contains(v.members[to[i]].synced, i) || !now.Before(due) {
+			drain = append(drain, i)
+			continue
+		}
+		if next.IsZero() || due.Before(next) {
+			next = due
+		}
+	}
+	return drain, next
 }
 
 // fences decides which members of v self fences at now: every other

@@ -3,6 +3,7 @@ package sharding
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,22 +19,28 @@ import (
 var t0 = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // testView builds a view: members by identity ("id" confirmed, "id?" a
-// join, "id!" a join after a confirmed session, each in session "s-id"), and shards by holder ("" free; "id/x" the
-// holder in another session).
+// join, "id!" a join after a confirmed session, "id~" a member that
+// announced its leave, each in session "s-id"), and shards by holder (""
+// free; "id/x" the holder in another session; ">id" released for id).
 func testView(members []string, holders []string) *view {
 	v := &view{members: make(map[string]memberInfo)}
 	for i, m := range members {
-		id, join, rejoin := m, false, false
+		id, join, rejoin, leaving := m, false, false, false
 		switch id[len(id)-1] {
 		case '?':
 			id, join = id[:len(id)-1], true
 		case '!':
 			id, join, rejoin = id[:len(id)-1], true, true
+		case '~':
+			id, leaving = id[:len(id)-1], true
 		}
-		v.members[id] = memberInfo{ref: leaseRef{uid: types.UID("m-" + id), rv: string(rune('a' + i))}, session: "s-" + id, confirmed: !join, rejoined: rejoin, at: t0}
+		v.members[id] = memberInfo{ref: leaseRef{uid: types.UID("m-" + id), rv: string(rune('a' + i))}, session: "s-" + id, confirmed: !join, rejoined: rejoin, leaving: leaving, at: t0}
 	}
 	for i, h := range holders {
 		s := shardInfo{exists: true, ref: leaseRef{uid: "u", rv: string(rune('A' + i))}}
+		if next, ok := strings.CutPrefix(h, ">"); ok {
+			s.next, h = next, ""
+		}
 		if h != "" {
 			s.holder, s.session = h, "s-"+h
 			if k := len(h) - 2; k > 0 && h[k] == '/' {
@@ -82,21 +89,21 @@ func TestBalanceOf(t *testing.T) {
 func TestMoves(t *testing.T) {
 	none := make([]string, 8)
 	for _, tc := range []struct {
-		name            string
-		members         []string
-		holders         []string
-		self            string
-		aliveFor        int
-		active, drainin []int
-		failed          []string
-		drain, acquire  []int
+		name           string
+		members        []string
+		holders        []string
+		self           string
+		aliveFor       int
+		active         []int
+		failed         []string
+		drain, acquire []int
 	}{
 		{name: "a holds all, b joined: a gives up b's share",
 			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "a", "a", "a", "a"},
 			self: "a", aliveFor: 9, active: []int{0, 1, 2, 3, 4, 5, 6, 7}, drain: []int{4, 5, 6, 7}},
 		{name: "already draining count against what is given up",
 			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "a", "a", "a", "a"},
-			self: "a", aliveFor: 9, active: []int{0, 1, 2, 3, 4, 5}, drainin: []int{6, 7}, drain: []int{4, 5}},
+			self: "a", aliveFor: 9, active: []int{0, 1, 2, 3, 4, 5}, drain: []int{4, 5}},
 		{name: "b is a join: nobody waits, a keeps all",
 			members: []string{"a", "b?"}, holders: []string{"a", "a", "a", "a", "a", "a", "a", "a"},
 			self: "a", aliveFor: 9, active: []int{0, 1, 2, 3, 4, 5, 6, 7}},
@@ -142,16 +149,118 @@ func TestMoves(t *testing.T) {
 		{name: "not a counted member: nothing",
 			members: []string{"a", "b?"}, holders: []string{"", "", "", "", "", "", "", ""},
 			self: "b", aliveFor: 9},
+		{name: "a leaver gives all its shards",
+			members: []string{"a~", "b"}, holders: []string{"a", "a", "a", "a", "b", "b", "b", "b"},
+			self: "a", aliveFor: 9, active: []int{0, 1, 2, 3}, drain: []int{0, 1, 2, 3}},
+		{name: "a leaver's shards are planned, not free: b takes none",
+			members: []string{"a~", "b"}, holders: []string{"a", "a", "a", "a", "b", "b", "b", "b"},
+			self: "b", aliveFor: 9, active: []int{4, 5, 6, 7}},
+		{name: "released for b: b takes it before the identity order's a",
+			members: []string{"a", "b", "c"}, holders: []string{">b", "a", "a", "b", "b", "c", "c", "c"},
+			self: "b", aliveFor: 9, acquire: []int{0}},
+		{name: "released for b: a does not take it",
+			members: []string{"a", "b", "c"}, holders: []string{">b", "a", "a", "b", "b", "c", "c", "c"},
+			self: "a", aliveFor: 9},
+		{name: "released for a member gone: dealt in order",
+			members: []string{"a", "b", "c"}, holders: []string{">d", "a", "a", "b", "b", "c", "c", "c"},
+			self: "a", aliveFor: 9, acquire: []int{0}},
 	} {
 		v := testView(tc.members, tc.holders)
 		failed := tc.failed
 		if failed == nil {
 			failed = none
 		}
-		drain, acquire := moves(v, balanceOf(v, 8), tc.self, tc.aliveFor, tc.active, tc.drainin, failed)
+		b := balanceOf(v, 8)
+		drain, acquire := moves(v, b, b.plan(v), tc.self, tc.aliveFor, tc.active, failed)
 		if !slices.Equal(drain, tc.drain) || !slices.Equal(acquire, tc.acquire) {
 			t.Errorf("%s: drain %v acquire %v, want drain %v acquire %v", tc.name, drain, acquire, tc.drain, tc.acquire)
 		}
+	}
+}
+
+// TestPlan checks the planned moves: which shards are planned for which
+// taker, what the taker prefetches, and when the holder hands over.
+func TestPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		members []string
+		holders []string
+		want    []string // the plan, shard by shard
+	}{
+		{name: "a join: a's last shards go to b",
+			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "a", "a", "a", "a"},
+			want: []string{"", "", "", "", "b", "b", "b", "b"}},
+		{name: "a join of a third: each gives its surplus, in identity order",
+			members: []string{"a", "b", "c"}, holders: []string{"a", "a", "a", "a", "b", "b", "b", "b"},
+			want: []string{"", "", "", "c", "", "", "", "c"}},
+		{name: "free shards first: one shard planned",
+			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "a", "", "", ""},
+			want: []string{"", "", "", "", "b", "", "", ""}},
+		{name: "a join that does not count yet: nothing planned",
+			members: []string{"a", "b?"}, holders: []string{"a", "a", "a", "a", "a", "a", "a", "a"},
+			want: make([]string, 8)},
+		{name: "a leaver: all its shards, to the members short of their share",
+			members: []string{"a", "b~", "c"}, holders: []string{"a", "a", "a", "b", "b", "b", "c", "c"},
+			want: []string{"", "", "", "a", "c", "c", "", ""}},
+		{name: "a leaver alone: nothing planned",
+			members: []string{"a~"}, holders: []string{"a", "a", "a", "a", "a", "a", "a", "a"},
+			want: make([]string, 8)},
+		{name: "a holder in another session holds nothing: no plan from it",
+			members: []string{"a", "b"}, holders: []string{"a/x", "a/x", "a/x", "a/x", "a", "a", "a", "a"},
+			want: make([]string, 8)},
+		{name: "a balanced ring: nothing planned",
+			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "b", "b", "b", "b"},
+			want: make([]string, 8)},
+	} {
+		v := testView(tc.members, tc.holders)
+		if got := balanceOf(v, 8).plan(v); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: plan %q, want %q", tc.name, got, tc.want)
+		}
+	}
+
+	v := testView([]string{"a", "b"}, []string{"a", "a", "a", "a", "a", "a", ">b", ">a"})
+	to := balanceOf(v, 8).plan(v)
+	// a is two over (6 of 4): after the free 6 (kept for b) and 7 (a
+	// has no deficit: dealt to b), b is short of 2: a's 4 and 5.
+	if got, want := prefetch(v, to, "b"), []int{4, 5, 6}; !slices.Equal(got, want) {
+		t.Errorf("b prefetches %v, want %v (planned for it, and released for it)", got, want)
+	}
+	if got := prefetch(v, to, "a"); !slices.Equal(got, []int{7}) {
+		t.Errorf("a prefetches %v, want [7] (released for it)", got)
+	}
+
+	// handoffs: shard 4 synced by its taker, 5 not yet, 6 not for a bound.
+	const wait = 15 * time.Second
+	v = testView([]string{"a", "b"}, []string{"a", "a", "a", "a", "a", "a", "a", "a"})
+	m := v.members["b"]
+	m.synced = []int{4}
+	v.members["b"] = m
+	to = balanceOf(v, 8).plan(v)
+	since := make([]time.Time, 8)
+	for i := range since {
+		since[i] = t0
+	}
+	since[7] = t0.Add(-wait)
+	drain, next := handoffs(v, to, []int{4, 5, 6, 7}, since, t0.Add(time.Second), wait)
+	if !slices.Equal(drain, []int{4, 7}) || !next.Equal(t0.Add(wait)) {
+		t.Errorf("handoffs drain %v next %v, want [4 7] (synced; bound over) and %v", drain, next, t0.Add(wait))
+	}
+	if drain, _ := handoffs(v, to, []int{5, 6}, since, t0.Add(wait), wait); !slices.Equal(drain, []int{5, 6}) {
+		t.Errorf("handoffs at the bound drain %v, want [5 6]", drain)
+	}
+}
+
+func TestShardsAnnotation(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+	}{{"", nil}, {"3", []int{3}}, {"7,3,3", []int{3, 7}}, {"1,x", nil}, {"8", nil}, {"-1", nil}} {
+		if got := parseShards(tc.in, 8); !slices.Equal(got, tc.want) {
+			t.Errorf("parseShards(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+	if got := formatShards([]int{3, 7}); got != "3,7" {
+		t.Errorf("formatShards = %q", got)
 	}
 }
 

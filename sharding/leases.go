@@ -123,8 +123,9 @@ func (l *leaseIO) listWatch() *cache.ListWatch {
 // writeMember writes our membership Lease with the given session, started
 // at start and written at now: a Create if known names no Lease, else an
 // update of the version known names.
-func (l *leaseIO) writeMember(ctx context.Context, known leaseRef, session string, start, now time.Time) (*coordinationv1.Lease, error) {
+func (l *leaseIO) writeMember(ctx context.Context, known leaseRef, session string, start, now time.Time, mark memberMark) (*coordinationv1.Lease, error) {
 	lease := l.memberLease(session, start, now)
+	mark.annotate(lease)
 	if !known.known() {
 		out, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
 		l.report("create", err)
@@ -167,10 +168,13 @@ func (l *leaseIO) acquireShard(ctx context.Context, i int, s shardInfo, session 
 }
 
 // releaseShard empties shard i's Lease, on the condition that it is still
-// the version ref names.
-func (l *leaseIO) releaseShard(ctx context.Context, i int, ref leaseRef, now time.Time) (*coordinationv1.Lease, error) {
+// the version ref names; next names the planned taker ("" none).
+func (l *leaseIO) releaseShard(ctx context.Context, i int, ref leaseRef, next string, now time.Time) (*coordinationv1.Lease, error) {
 	lease := l.shardLease(i, "", "", 0, now)
 	lease.Spec.AcquireTime = nil
+	if next != "" {
+		lease.Annotations[annotationNext] = next
+	}
 	out, err := l.leases().Update(ctx, ref.on(lease), metav1.UpdateOptions{})
 	l.report("update", err)
 	return out, err

@@ -52,8 +52,11 @@ import (
 // When ctx ends, Run leaves gracefully (unless Config.SkipRelease): it
 // stops admitting keys, drains and releases its shards (at most
 // GracePeriod, then their runs are cancelled) and deletes its membership
-// Lease. It returns nil then, or an error if the runs did not return within
-// GracePeriod + RenewDeadline, in which case the shards are left to expire.
+// Lease. Each shard is handed over once the member taking it has filled
+// its cache for it (at most LeaseDuration), so that its keys wait for the
+// drain only. It returns nil then, or an error if the runs did not return
+// within LeaseDuration + GracePeriod + RenewDeadline, in which case the
+// shards are left to expire.
 //
 // If the API server refuses one kind of request (a verb on a resource:
 // 403 Forbidden, a missing RBAC rule) for LeaseDuration without one
@@ -113,7 +116,7 @@ func (r *Replica) Run(ctx context.Context) error {
 				r.runs.abandon()
 				return nil
 			}
-			r.leave()
+			r.leave(api)
 		case <-timer.C:
 		case <-r.wake:
 		case <-r.ring.changes():
@@ -127,7 +130,7 @@ func (r *Replica) Run(ctx context.Context) error {
 					r.runs.abandon()
 					return r.stopErr
 				}
-				r.leave()
+				r.leave(api)
 			}
 		}
 		now := time.Now()
@@ -140,7 +143,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		r.sync() // before progress: keys are removed before a release
 		wakeAt := r.progress(api)
 		r.sync()
-		if _, _, _, leaving := r.runs.status(); leaving {
+		if r.runs.leaving() {
 			if finished, err := r.leaveDone(api); finished {
 				switch {
 				case r.stopErr == nil:
@@ -152,7 +155,9 @@ func (r *Replica) Run(ctx context.Context) error {
 			}
 			wakeAt = earliest(wakeAt, r.leaveBy)
 		}
-		wakeAt = earliest(earliest(earliest(earliest(wakeAt, next), r.fenceAt), permsDue), r.warmUntil)
+		for _, t := range []time.Time{next, r.fenceAt, permsDue, r.warmUntil, r.plans.handoffAt} {
+			wakeAt = earliest(wakeAt, t)
+		}
 		timer.Reset(time.Until(wakeAt))
 	}
 }
@@ -229,10 +234,12 @@ func (r *Replica) tick(api context.Context) {
 	r.decide(ctx, true)
 }
 
-// react decides between ticks, when the ring changed or a fence is due; a
-// wake-up for anything else (a run returned) decides nothing.
+// react decides between ticks, when the ring changed or a fence or a
+// planned move's bound is due; a wake-up for anything else (a run
+// returned) decides nothing.
 func (r *Replica) react(api context.Context, now time.Time, changed bool) {
-	if !changed && (r.fenceAt.IsZero() || now.Before(r.fenceAt)) {
+	due := func(t time.Time) bool { return !t.IsZero() && !now.Before(t) }
+	if !changed && !due(r.fenceAt) && !due(r.plans.handoffAt) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
@@ -241,9 +248,11 @@ func (r *Replica) react(api context.Context, now time.Time, changed bool) {
 }
 
 // decide fences the members that stopped renewing, brings the local shard
-// states in line with the ring, then gives up or takes shards towards this
-// replica's fair share. At a tick it also counts the tick for a newcomer's
-// wait (see moves).
+// states in line with the ring, then moves towards this replica's fair
+// share: it fills the shards planned for it (prefetch), hands over those
+// planned for others once their taker has synced them (handoffs), and
+// takes free shards. At a tick it also counts the tick for a newcomer's
+// wait (see moves). A leaving replica only hands over.
 func (r *Replica) decide(ctx context.Context, tick bool) {
 	// The changes that led here are all in the copy taken now; drop the
 	// pending poke so that they do not wake the loop again.
@@ -253,26 +262,92 @@ func (r *Replica) decide(ctx context.Context, tick bool) {
 	if r.checkRing(v) { // another shard count or field: shardcount.go
 		return
 	}
-	r.fence(ctx, v, time.Now())
-	if !r.runs.adopt(v, r.cfg.Identity, r.tried.unknown, time.Now()) {
+	now := time.Now()
+	r.fence(ctx, v, now)
+	if !r.runs.adopt(v, r.cfg.Identity, r.tried.unknown, now) {
 		klog.V(2).InfoS("sharding: the ring no longer shows this replica's session: its shards are lost", "ring", r.cfg.Name, "identity", r.cfg.Identity)
 		r.lose(true)
 		return
 	}
-	alive, session, _, leaving := r.runs.status()
-	if !alive || leaving {
+	st := r.runs.status()
+	if !st.alive {
+		r.plans.reset(r.shards)
 		return
 	}
-	if tick {
+	if tick && !st.leaving {
 		r.aliveFor++
 	}
-	active, draining := r.runs.states()
-	drain, acquire := moves(v, balanceOf(v, r.shards), r.cfg.Identity, r.aliveFor, active, draining, r.tried.shard)
+	b := balanceOf(v, r.shards)
+	to := b.plan(v)
+	r.plans.update(to, now)
+	active, _ := r.runs.states()
+	give, acquire := moves(v, b, to, r.cfg.Identity, r.aliveFor, active, r.tried.shard)
+	drain, next := handoffs(v, to, give, r.plans.since, now, r.handoffWait())
+	r.plans.handoffAt = next
+	if st.leaving {
+		// Leaving, the shards no one is planned to take (no other member
+		// counts, or the view does not show the leave yet) are given up
+		// at once, as are all of them once the leave's bound is over.
+		r.plans.prefetch, acquire = nil, nil
+		bound := r.leaveAt.Add(r.handoffWait())
+		for _, i := range active {
+			if to[i] == "" || !now.Before(bound) {
+				drain = append(drain, i)
+			}
+		}
+		if now.Before(bound) { // a bound past would wake the loop at once, for ever
+			r.plans.handoffAt = earliest(r.plans.handoffAt, bound)
+		}
+	} else {
+		r.plans.prefetch = prefetch(v, to, r.cfg.Identity)
+	}
 	if len(drain) > 0 {
-		r.runs.drain(drain, time.Now().Add(r.cfg.GracePeriod))
+		for _, i := range drain {
+			r.plans.giveTo[i] = to[i]
+		}
+		klog.V(2).InfoS("sharding: handing shards over", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shards", drain)
+		r.runs.drain(drain, now.Add(r.cfg.GracePeriod))
 	}
 	for _, i := range acquire {
-		r.acquire(ctx, i, v.shards[i], session)
+		r.acquire(ctx, i, v.shards[i], st.session)
+	}
+}
+
+// handoffWait is how long a holder keeps admitting a shard planned for
+// another member that has not said it synced it (handoffs, decide.go):
+// LeaseDuration, the time a crash move waits anyway.
+func (r *Replica) handoffWait() time.Duration { return r.cfg.LeaseDuration }
+
+// planned is the loop's record of the ring's planned moves (decide.go,
+// plan). Touched only by the loop goroutine.
+type planned struct {
+	to    []string    // the plan at the last decision
+	since []time.Time // when shard i was first seen planned for to[i]
+	// giveTo[i] is the taker a draining shard was handed over to, named
+	// in its release (annotationNext); "" none.
+	giveTo []string
+	// prefetch are the shards filled for a planned move, not held;
+	// synced those of them every sharded informer has synced (sync.go),
+	// written with the next membership write (memberMark).
+	prefetch, synced []int
+	handoffAt        time.Time // the next handoffWait bound due; zero if none
+}
+
+// reset forgets the plan (the session is over: nothing is prefetched).
+func (p *planned) reset(shards int) {
+	p.to, p.since, p.giveTo = make([]string, shards), make([]time.Time, shards), make([]string, shards)
+	p.prefetch, p.synced, p.handoffAt = nil, nil, time.Time{}
+}
+
+// update records the plan to, decided at now.
+func (p *planned) update(to []string, now time.Time) {
+	if len(p.to) != len(to) {
+		p.reset(len(to))
+	}
+	for i := range to {
+		if to[i] != p.to[i] {
+			p.to[i], p.since[i] = to[i], now
+		}
 	}
 }
 
@@ -335,7 +410,7 @@ func (r *Replica) progress(api context.Context) time.Time {
 		if !mayRelease(s, r.cfg.Identity, session, r.tried.shard[i]) {
 			continue
 		}
-		out, err := r.io.releaseShard(ctx, i, s.ref, now)
+		out, err := r.io.releaseShard(ctx, i, s.ref, r.plans.giveTo[i], now)
 		if err != nil {
 			// Changed or deleted under us (a deleted Lease answers 409
 			// too, for the UID): the session is over, or this is our own
@@ -349,16 +424,28 @@ func (r *Replica) progress(api context.Context) time.Time {
 		}
 		r.ring.upsert(out) // our write, from the server's answer
 		r.runs.released(i)
+		r.plans.giveTo[i] = ""
 		klog.V(2).InfoS("sharding: released a shard", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shard", i)
 	}
 	return wakeAt
 }
 
-// leave starts a graceful leave: every held shard starts draining.
-func (r *Replica) leave() {
+// leave starts a graceful leave: it announces it in a membership write
+// (annotationLeaving), one more than the period's, so that the others
+// plan its shards and fill their caches for them; decide then hands each
+// over once its taker has synced it, or once handoffWait has passed.
+func (r *Replica) leave(api context.Context) {
 	now := time.Now()
-	r.leaveBy = now.Add(r.cfg.GracePeriod + r.cfg.RenewDeadline)
-	r.runs.drain(r.runs.leave(), now.Add(r.cfg.GracePeriod))
+	r.leaveAt = now
+	if r.stopErr != nil {
+		// Refused by the API server: hand nothing over, leave now.
+		r.leaveAt = now.Add(-r.handoffWait())
+	}
+	r.leaveBy = now.Add(r.leaveAt.Sub(now) + r.handoffWait() + r.cfg.GracePeriod + r.cfg.RenewDeadline)
+	r.runs.leave()
+	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
+	defer cancel()
+	r.renew(ctx)
 }
 
 // leaveDone finishes a leave once no shard is held and no run is in flight
@@ -367,7 +454,7 @@ func (r *Replica) leaveDone(api context.Context) (bool, error) {
 	if r.runs.busy() {
 		if !time.Now().Before(r.leaveBy) {
 			r.runs.abandon()
-			return true, errors.New("sharding: runs still in flight after GracePeriod + RenewDeadline; shards left to expire")
+			return true, errors.New("sharding: runs still in flight after LeaseDuration + GracePeriod + RenewDeadline; shards left to expire")
 		}
 		return false, nil
 	}

@@ -27,8 +27,9 @@ import (
 //     when the answer arrives (acceptAnswer); the next write is otherwise
 //     a join.
 func (r *Replica) renew(ctx context.Context) {
-	alive, session, inflight, leaving := r.runs.status()
-	write, join := membershipWrite(alive, leaving, inflight)
+	st := r.runs.status()
+	alive, session, leaving := st.alive, st.session, st.leaving
+	write, join := membershipWrite(alive, leaving, st.inflight)
 	if !write {
 		return
 	}
@@ -37,7 +38,7 @@ func (r *Replica) renew(ctx context.Context) {
 	if join {
 		session, start = newSession(), sent
 	}
-	out, err := r.io.writeMember(ctx, r.member, session, start, sent)
+	out, err := r.io.writeMember(ctx, r.member, session, start, sent, memberMark{synced: r.plans.synced, leaving: leaving})
 	if err != nil {
 		klog.V(2).InfoS("sharding: membership renewal failed", "ring", r.cfg.Name, "identity", r.cfg.Identity, "err", err)
 		if r.memberLost(ctx, err) && alive {

@@ -157,6 +157,8 @@ type Replica struct {
 	// sessionStart is when the join that started the session was sent:
 	// the acquireTime of every renewal of the session.
 	sessionStart time.Time
+	plans        planned   // the ring's planned moves (loop.go)
+	leaveAt      time.Time // when the leave began
 	leaveBy      time.Time // give up leaving here
 	stopErr      error     // why Run leaves, if not its context (forbidden.go)
 
@@ -210,7 +212,9 @@ func New(cfg Config) (*Replica, error) {
 // LIST is in (a shard's keys are admitted only then) until it is released
 // (its objects then leave the store without Delete events), and, after
 // its session lapsed, the shards it held then, until another replica
-// holds them (README, Cache: "A lapse keeps the cache"). Read its
+// holds them (README, Cache: "A lapse keeps the cache"); and the shards
+// a planned move brings it, from before it holds them (their keys are
+// admitted only once it does). Read its
 // store, indexer or a lister built on it; Run runs it when it was built
 // from Config.ListerWatcher. It is nil while Config.ListerWatcher is nil
 // and NewInformer has not built it yet.
@@ -377,18 +381,18 @@ func (r *Replica) shardOfKey(key string) (int, bool) {
 func (r *Replica) Handler(handle func(ctx context.Context, key string) error) func(context.Context, string) error {
 	return func(ctx context.Context, key string) (err error) {
 		s, inStore := r.shardOfKey(key)
-		id, s, rctx, cancel, ok := r.runs.begin(ctx, key, s, inStore, time.Now())
+		tk, ok := r.runs.begin(ctx, key, s, inStore, time.Now())
 		if !ok {
 			return nil
 		}
 		defer func() {
-			poke := r.runs.end(id, s, key, inStore, err)
-			cancel(nil)
+			poke := r.runs.end(tk, err)
+			tk.cancel(nil)
 			if poke {
 				r.poke()
 			}
 		}()
-		return handle(rctx, key)
+		return handle(tk.ctx, key)
 	}
 }
 

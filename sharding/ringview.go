@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,14 +51,83 @@ type memberInfo struct {
 	// conf is the shard count and field the member was configured with
 	// (zero for a Lease written before they were recorded).
 	conf ringConf
+	// synced are the shards, sorted, that the member fills without
+	// holding them (prefetch, decide.go) and has synced in every sharded
+	// informer, as its last write said (annotationSynced); leaving is true
+	// once it announced a graceful leave (annotationLeaving). Never shared
+	// with another memberInfo's: a copy may be kept.
+	synced  []int
+	leaving bool
 }
 
 type shardInfo struct {
 	exists          bool
 	ref             leaseRef
 	holder, session string
-	transitions     int32
-	conf            ringConf // of the replica that wrote it (shardcount.go)
+	// next is, on a released shard Lease, the member its holder planned
+	// to hand it to (annotationNext); deal gives it to that member.
+	next        string
+	transitions int32
+	conf        ringConf // of the replica that wrote it (shardcount.go)
+}
+
+// Annotations of the planned moves (make before break, decide.go plan):
+// a taker says which planned shards it has synced, a leaver that it
+// leaves, and a holder's release names the taker. A replica that does not
+// write them is a taker that is never waited for beyond handoffWait, and a
+// leaver whose shards move as before, by their release.
+const (
+	// annotationSynced, on a membership Lease: the shards (decimal,
+	// comma-separated) the member fills for a planned move and has synced.
+	annotationSynced = "sharding.go-coalesce.io/synced"
+	// annotationLeaving, on a membership Lease: "true" once the member
+	// leaves gracefully; the others count it no more and plan its shards.
+	annotationLeaving = "sharding.go-coalesce.io/leaving"
+	// annotationNext, on a released shard Lease: the planned taker.
+	annotationNext = "sharding.go-coalesce.io/next"
+)
+
+// memberMark is what a membership write says of planned moves, besides
+// the session: the shards the member has synced for them, and its leave.
+type memberMark struct {
+	synced  []int
+	leaving bool
+}
+
+// annotate adds m's annotations to l, a membership Lease being written.
+func (m memberMark) annotate(l *coordinationv1.Lease) {
+	if len(m.synced) > 0 {
+		l.Annotations[annotationSynced] = formatShards(m.synced)
+	}
+	if m.leaving {
+		l.Annotations[annotationLeaving] = "true"
+	}
+}
+
+// formatShards and parseShards write and read annotationSynced. A value
+// that does not parse, or names shards outside [0, n), reads as nothing.
+func formatShards(shards []int) string {
+	parts := make([]string, len(shards))
+	for k, s := range shards {
+		parts[k] = strconv.Itoa(s)
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseShards(v string, n int) []int {
+	if v == "" {
+		return nil
+	}
+	var out []int
+	for p := range strings.SplitSeq(v, ",") {
+		s, err := strconv.Atoi(p)
+		if err != nil || s < 0 || s >= n {
+			return nil
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // ringView is the ring's Leases as the replica's watch has delivered them,
@@ -184,7 +254,9 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 		confirmed := le.Spec.AcquireTime == nil || le.Spec.RenewTime == nil ||
 			!le.Spec.AcquireTime.Equal(le.Spec.RenewTime)
 		return parsed{member: id, shard: -1, m: memberInfo{ref: refOf(le),
-			session: le.Annotations[AnnotationSession], confirmed: confirmed, conf: confOf(le)}}, true
+			session: le.Annotations[AnnotationSession], confirmed: confirmed, conf: confOf(le),
+			synced:  parseShards(le.Annotations[annotationSynced], g.shardCount),
+			leaving: le.Annotations[annotationLeaving] == "true"}}, true
 	case roleRing:
 		if le.Name != ringLeaseName(g.ring) {
 			return parsed{}, false
@@ -204,7 +276,7 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 			tr = *le.Spec.LeaseTransitions
 		}
 		return parsed{shard: n, s: shardInfo{exists: true, ref: refOf(le), holder: holder,
-			session: le.Annotations[AnnotationSession], transitions: tr, conf: confOf(le)}}, true
+			session: le.Annotations[AnnotationSession], next: le.Annotations[annotationNext], transitions: tr, conf: confOf(le)}}, true
 	}
 	return parsed{}, false
 }
@@ -218,8 +290,8 @@ func olderRV(a, b string) bool {
 
 // setLocked stores p, unless the view holds a newer version of that Lease.
 // now is when it was seen. It reports whether the change can alter a
-// decision: a shard Lease changed, or a member came, or changed session or
-// confirmation. A renewal changes only the member's version and when it
+// decision: a shard Lease changed, or a member came, or changed session,
+// confirmation, leave or the shards it says it has synced for a planned move. A renewal changes only the member's version and when it
 // was seen, which the next decision reads (the loop wakes for fences at
 // fenceAt anyway): at 100 replicas the watch delivers 50 renewals a second,
 // and none of them needs a decision. g.mu must be held.
@@ -242,7 +314,8 @@ func (g *ringView) setLocked(p parsed, now time.Time) bool {
 	p.m.at = now
 	p.m.rejoined = ok && !p.m.confirmed && (cur.confirmed || cur.rejoined && cur.session == p.m.session)
 	g.members[p.member] = p.m
-	return !ok || cur.session != p.m.session || cur.confirmed != p.m.confirmed
+	return !ok || cur.session != p.m.session || cur.confirmed != p.m.confirmed ||
+		cur.leaving != p.m.leaving || !slices.Equal(cur.synced, p.m.synced)
 }
 
 // removeLocked drops the Lease p names if the view's version of it is not

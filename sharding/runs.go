@@ -56,8 +56,9 @@ type ledger struct {
 	nextRun  uint64
 	inflight int            // runs in flight, all shards
 	gone     map[string]int // deleted objects' keys waiting for a run → shard
-	// leaving is set when Run's context ends: no shard is taken or kept.
-	leaving bool
+	// isLeaving is set when Run's context ends: no shard is taken, and
+	// each held one is handed over.
+	isLeaving bool
 	// informers are the running sharded informers; filled[s] is true
 	// once every one of them has synced shard s (setFilled). A shard's
 	// keys are admitted only while it is active and filled.
@@ -129,45 +130,58 @@ func (b *ledger) event(key string, s int, deleted bool, now time.Time) bool {
 	return ok
 }
 
-// begin starts a run of key (of shard s if found) at now, if it is
-// admitted: it returns the run's id, its shard, and its context, which
-// lose, adopt and drainScan cancel, with its cancel function (for the
-// caller, once the run has returned and end has recorded it).
-func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now time.Time) (uint64, int, context.Context, context.CancelCauseFunc, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !found {
-		if s, found = b.gone[key]; !found {
-			return 0, 0, nil, nil, false
-		}
-	}
-	if !b.admitsLocked(s, now) {
-		return 0, 0, nil, nil, false
-	}
-	id := b.nextRun
-	b.nextRun++
-	rctx, cancel := context.WithCancelCause(ctx)
-	b.flight[id] = run{shard: s, cancel: cancel}
-	b.state[s].inflight++
-	b.inflight++
-	return id, s, rctx, cancel, true
+// ticket is one admitted run, from begin to end.
+type ticket struct {
+	id    uint64
+	shard int
+	key   string
+	found bool // the key's object was in the store at begin
+	// ctx is the run's context, which lose, adopt and drainScan cancel;
+	// cancel is for the caller, once the run has returned and end has
+	// recorded it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
-// end records the end of run id of shard s. A deleted key (not found at
-// begin) whose run succeeded is forgotten. It reports whether the loop
-// waits for this: the shard's last run while it drains, or the last run
-// while the session is over or the replica leaving.
-func (b *ledger) end(id uint64, s int, key string, found bool, err error) (poke bool) {
+// begin starts a run of key (of shard s if found) at now, if it is
+// admitted, and returns its ticket.
+func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now time.Time) (ticket, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.flight, id)
+	tk := ticket{shard: s, key: key, found: found}
+	if !found {
+		if tk.shard, found = b.gone[key]; !found {
+			return ticket{}, false
+		}
+	}
+	if !b.admitsLocked(tk.shard, now) {
+		return ticket{}, false
+	}
+	tk.id = b.nextRun
+	b.nextRun++
+	tk.ctx, tk.cancel = context.WithCancelCause(ctx)
+	b.flight[tk.id] = run{shard: tk.shard, cancel: tk.cancel}
+	b.state[tk.shard].inflight++
+	b.inflight++
+	return tk, true
+}
+
+// end records the end of run tk, which returned err. A deleted key (not
+// found at begin) whose run succeeded is forgotten. It reports whether the
+// loop waits for this: the shard's last run while it drains, or the last
+// run while the session is over or the replica leaving.
+func (b *ledger) end(tk ticket, err error) (poke bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := tk.shard
+	delete(b.flight, tk.id)
 	b.state[s].inflight--
 	b.inflight--
-	if !found && err == nil {
-		delete(b.gone, key)
+	if !tk.found && err == nil {
+		delete(b.gone, tk.key)
 	}
 	return (b.state[s].state == shardDraining && b.state[s].inflight == 0) ||
-		(b.inflight == 0 && (!b.alive || b.leaving))
+		(b.inflight == 0 && (!b.alive || b.isLeaving))
 }
 
 // cancelShardLocked cancels the runs of shard i. b.mu must be held.
@@ -188,7 +202,7 @@ func (b *ledger) lose(force bool, now time.Time) bool {
 	if !b.alive || (!force && now.Before(b.deadline)) {
 		return false
 	}
-	if !b.leaving {
+	if !b.isLeaving {
 		for i := range b.state {
 			if b.state[i].state != shardFree {
 				b.lapsed[i] = now
@@ -217,12 +231,26 @@ func (b *ledger) freeAllLocked() {
 	}
 }
 
-// status returns what the loop's decisions need of the session: whether it
-// is alive, its token, the runs in flight, and whether the replica leaves.
-func (b *ledger) status() (alive bool, session string, inflight int, leaving bool) {
+// sessionState is what the loop's decisions need of the session.
+type sessionState struct {
+	alive    bool   // the session is continuous (see ledger.alive)
+	session  string // its token
+	inflight int    // runs in flight, all shards
+	leaving  bool   // the replica leaves (Run's context ended)
+}
+
+// status returns the session's state.
+func (b *ledger) status() sessionState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.alive, b.session, b.inflight, b.leaving
+	return sessionState{alive: b.alive, session: b.session, inflight: b.inflight, leaving: b.isLeaving}
+}
+
+// leaving reports whether the replica leaves.
+func (b *ledger) leaving() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.isLeaving
 }
 
 // readiness returns whether a session has begun once, and whether one is
@@ -251,20 +279,13 @@ func (b *ledger) answered(sent, now time.Time, renewDeadline time.Duration, wasA
 	return a
 }
 
-// leave marks the replica leaving and returns the shards it holds active,
-// for the caller to drain.
-func (b *ledger) leave() []int {
+// leave marks the replica leaving: it takes no shard from now on, and
+// keeps none warm. The loop drains its shards as it hands them over.
+func (b *ledger) leave() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.leaving = true
+	b.isLeaving = true
 	clear(b.lapsed)
-	var out []int
-	for i := range b.state {
-		if b.state[i].state == shardActive {
-			out = append(out, i)
-		}
-	}
-	return out
 }
 
 // drain starts giving up the given active shards: no key of theirs is
@@ -342,7 +363,7 @@ func (b *ledger) adopt(v *view, self string, unknown []string, now time.Time) bo
 	}
 	for i := range v.shards {
 		st := &b.state[i]
-		switch adoptShard(v.shards[i], self, b.alive, b.session, st.state, unknown[i], b.leaving) {
+		switch adoptShard(v.shards[i], self, b.alive, b.session, st.state, unknown[i], b.isLeaving) {
 		case adoptFree:
 			st.state = shardFree
 			b.cancelShardLocked(i, ErrLeaseLost)
@@ -363,7 +384,7 @@ func (b *ledger) adopt(v *view, self string, unknown []string, now time.Time) bo
 func (b *ledger) acquired(i int, session string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.alive && b.session == session && !b.leaving && b.state[i].state == shardFree {
+	if b.alive && b.session == session && !b.isLeaving && b.state[i].state == shardFree {
 		b.state[i] = shard{state: shardActive, inflight: b.state[i].inflight}
 		b.lapsed[i] = time.Time{}
 	}

@@ -19,9 +19,10 @@ import (
 //     the queue, while their objects are still in the informers (a
 //     draining shard keeps its objects until it is released).
 //  2. Every running sharded informer follows the held shards (active or
-//     draining) and the warm ones (lost with a lapsed session, see
-//     keepWarm): it drops the objects of the others, without events, and
-//     starts filling the gained ones.
+//     draining), the warm ones (lost with a lapsed session, see keepWarm)
+//     and the prefetched ones (planned for this replica, see plan): it
+//     drops the objects of the others, without events, and starts filling
+//     the gained ones.
 //  3. A held shard is filled once every running sharded informer has
 //     synced it; a shard that becomes admitted (active and filled) has
 //     all its objects enqueued, since their events went to another
@@ -32,21 +33,41 @@ func (r *Replica) sync() {
 	r.admitted()
 	held := r.runs.held()
 	fill := r.warm(held)
+	var pre []int // prefetched: filled for a planned move, not held
+	for _, s := range r.plans.prefetch {
+		if !slices.Contains(fill, s) {
+			pre = append(pre, s)
+		}
+	}
+	fill = append(fill, pre...)
+	slices.Sort(fill)
 	infs, gen := r.runs.running()
 	// Nothing is filled until the primary informer runs: before that
 	// (controller-runtime has not started it yet), the cache lacks every
 	// shard.
 	filled := make([]bool, r.shards)
 	if slices.Contains(infs, r.primaryInformer()) {
-		for _, s := range held {
+		for _, s := range fill {
 			filled[s] = true
 		}
 	}
 	for _, inf := range infs {
 		inf.SetShards(fill)
-		for _, s := range held {
+		for _, s := range fill {
 			filled[s] = filled[s] && inf.Synced(s)
 		}
+	}
+	// A prefetched shard is never admitted (the ledger admits held shards
+	// only); that it is synced is said to its holder with the next
+	// membership write (memberMark), which lets it hand the shard over.
+	r.plans.synced = r.plans.synced[:0]
+	for _, s := range pre {
+		if filled[s] {
+			r.plans.synced = append(r.plans.synced, s)
+		}
+	}
+	for _, s := range fill {
+		filled[s] = filled[s] && slices.Contains(held, s)
 	}
 	r.runs.setFilled(filled, gen)
 	r.admitted()

@@ -133,12 +133,11 @@ type Informer struct {
 	target, synced []bool
 	// everSynced latches HasSynced (see the package comment).
 	everSynced bool
-	// feeds are the running Reflectors: by shard in server mode, one
-	// under key allShards in client mode (and merged).
+	// feeds are the running Reflectors (feeds.go): by shard in server
+	// mode, one under key allShards in client mode.
 	feeds   map[int]*feed
 	server  bool // server mode
 	decided bool // the probe has answered: the mode is known
-	merged  bool // tests: see MergeRanges
 	ctx     context.Context
 	wg      sync.WaitGroup // the Reflectors and the probe
 	running bool           // Run has been called
@@ -152,9 +151,6 @@ type Informer struct {
 	// length, and ListKeys allocates every key, O(n) per event.
 	objects int
 }
-
-// allShards keys the one feed of client mode (and of merged).
-const allShards = -1
 
 // New builds the sharded informer of cfg's resource.
 func New(cfg Config) *Informer {
@@ -179,16 +175,6 @@ func New(cfg Config) *Informer {
 	}
 	inf.indexer = cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, all)
 	return inf
-}
-
-// MergeRanges (tests only, to measure the alternative) makes the informer,
-// with the server filtering, use one Reflector for every held shard, its
-// ranges merged into one selector, restarted whenever the held shards
-// change. Call it before Run.
-func (inf *Informer) MergeRanges() {
-	inf.mu.Lock()
-	inf.merged = true
-	inf.mu.Unlock()
 }
 
 // Run fills the store with the held shards until stopCh is closed.
@@ -239,7 +225,8 @@ func (inf *Informer) RunWithContext(ctx context.Context) {
 	inf.mu.Unlock()
 }
 
-// SetShards makes the informer follow held, the shards the replica holds:
+// SetShards makes the informer follow held, the shards the replica fills
+// (those it holds, and those it keeps warm or fills ahead of a move):
 // it drops the objects of the shards no longer held, without events, and
 // starts filling the new ones (in client mode, with one restart of the
 // one Reflector however many shards were gained).
@@ -274,76 +261,6 @@ func (inf *Informer) SetShards(held []int) {
 		inf.follow()
 	}
 	inf.setObjects()
-}
-
-// follow starts and stops feeds to match target. inf.mu must be held.
-func (inf *Informer) follow() {
-	if inf.ctx == nil || inf.ctx.Err() != nil {
-		return
-	}
-	if inf.server && !inf.merged {
-		for s, f := range inf.feeds {
-			if s == allShards || !inf.target[s] {
-				f.cancel()
-				delete(inf.feeds, s)
-			}
-		}
-		for s, want := range inf.target {
-			if _, ok := inf.feeds[s]; want && !ok {
-				inf.start(s)
-			}
-		}
-		return
-	}
-	// One feed for every held shard. It is restarted when a held shard is
-	// not among those it covers: its objects were dropped (or never
-	// kept), and only a new list brings them. Merged, it is restarted at
-	// every change of its selector.
-	//
-	// But a feed whose first list is still in flight, and covers a held
-	// shard, is left to finish: the shards gained meanwhile are listed
-	// once it is in (replace calls follow). Restarting it at every gain
-	// would throw its list away each time, and when gains come faster
-	// than a list of the whole resource takes (a ring settling, at
-	// 100,000 objects a list takes tens of seconds) no list would ever
-	// finish. So a gained shard waits for at most two lists.
-	f, ok := inf.feeds[allShards]
-	var any, uncovered, useful bool
-	for s, want := range inf.target {
-		if !want {
-			continue
-		}
-		any = true
-		if ok && f.covers[s] {
-			useful = true
-		} else {
-			uncovered = true
-		}
-	}
-	switch {
-	case !any && ok:
-		f.cancel()
-		delete(inf.feeds, allShards)
-	case uncovered && ok && !f.listed && useful:
-		// wait for f's list (see above)
-	case uncovered, inf.merged && inf.server && ok && f.sel != inf.heldSelector():
-		if ok {
-			f.cancel()
-		}
-		inf.start(allShards)
-	}
-}
-
-// heldSelector returns the selector of every held shard. inf.mu must be
-// held.
-func (inf *Informer) heldSelector() string {
-	var held []int
-	for s, want := range inf.target {
-		if want {
-			held = append(held, s)
-		}
-	}
-	return inf.cfg.Selector(held)
 }
 
 // Synced reports whether shard s is synced: held, and the first list of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -169,41 +167,4 @@ func shardInfoOf(list runtime.Object) (string, bool) {
 		return s.GetShardInfo().Selector, true
 	}
 	return "", false
-}
-
-// start starts the feed of shard s (or allShards). inf.mu must be held.
-func (inf *Informer) start(s int) {
-	ctx, cancel := context.WithCancel(inf.ctx)
-	f := &feed{shard: s, cancel: cancel}
-	switch {
-	case s != allShards:
-		f.sel = inf.cfg.Selector([]int{s})
-	case inf.server: // merged
-		f.sel = inf.heldSelector()
-	}
-	if s == allShards {
-		f.covers = slices.Clone(inf.target)
-	}
-	inf.feeds[s] = f
-	name := inf.name + "/all"
-	if s != allShards {
-		name = inf.name + "/shard-" + strconv.Itoa(s)
-	}
-	r := cache.NewReflectorWithOptions(&feedLW{inf: inf, f: f}, inf.cfg.Object, &feedStore{inf: inf, f: f},
-		cache.ReflectorOptions{Name: "sharding/" + name, TypeDescription: inf.name})
-	// Relists (after a watch failed) resume from a resourceVersion, which
-	// the Reflector lists unpaged unless told a page size: every object
-	// of the resource in one response, in client mode.
-	r.WatchListPageSize = pageSize
-	inf.wg.Go(func() { r.RunWithContext(ctx) })
-}
-
-// current reports whether f is still the informer's feed for its shards.
-// inf.mu must be held.
-func (inf *Informer) current(f *feed) bool { return inf.feeds[f.shard] == f }
-
-// keeps reports whether feed f may put an object of shard s in the store.
-// inf.mu must be held.
-func (inf *Informer) keeps(f *feed, s int) bool {
-	return inf.current(f) && inf.target[s] && (f.shard == s || f.shard == allShards && f.covers[s])
 }

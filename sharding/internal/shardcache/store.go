@@ -1,25 +1,9 @@
 package shardcache
 
 import (
-	"context"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 )
-
-// feed is one Reflector filling part of the held shards: one shard (server
-// mode), or every held shard (shard allShards: client mode, and merged).
-type feed struct {
-	shard  int
-	sel    string // the ShardSelector its requests carry; "" in client mode
-	cancel context.CancelFunc
-	// covers are the shards the one feed of client mode (and merged)
-	// fills: those held when it started, less those released since (it
-	// dropped their objects from then on). nil for a shard's feed.
-	covers []bool
-	// listed is set once its first list is in the store. inf.mu.
-	listed bool
-}
 
 // feedStore is the cache.ReflectorStore of feed f: it applies f's changes
 // to the shared indexer, for the shards f fills and the informer holds
