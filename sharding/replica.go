@@ -129,6 +129,7 @@ type Replica struct {
 	ring  *ringView   // the ring's Leases as the watch delivers them (ringview.go)
 	io    *leaseIO    // every Lease request (leases.go)
 	perms permissions // refused requests (forbidden.go)
+	obs   observer    // what the replica reports of itself (metrics.go)
 
 	// Touched only by the loop goroutine (Run, loop.go and member.go).
 	expire    *time.Timer // calls lose at the session's deadline
@@ -177,8 +178,10 @@ func New(cfg Config) (*Replica, error) {
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
 	}
 	r.runs.init(cfg.Shards)
+	r.ring.listed = r.ringListed
 	r.perms.init(cfg.Namespace, cfg.Metrics.Forbidden, r.poke)
 	r.io = newLeaseIO(cfg, r.leaseOutcome)
+	r.io.annotate = r.obs.reportNow
 	if cfg.ListerWatcher != nil {
 		r.primary = newInformer(r, cfg.ListerWatcher, cfg.Object, nil, true)
 		if _, err := r.primary.AddEventHandler(r.eventHandler()); err != nil {
@@ -389,6 +392,7 @@ func (r *Replica) poke() {
 // when the ring shows that the session is over.
 func (r *Replica) lose(force bool) {
 	if r.runs.lose(force, time.Now()) {
+		r.sessionEnded(force)
 		r.poke()
 	}
 }

@@ -42,6 +42,11 @@ type memberInfo struct {
 	// delivered that version (or a list returned it). A member is fenced
 	// LeaseDuration after that, if ref has not changed since.
 	at time.Time
+	// For the ring page only (status.go), never for a decision: the
+	// Lease's acquireTime and renewTime (the writer's clock) and its
+	// AnnotationReport.
+	started, renewed time.Time
+	report           string
 }
 
 type shardInfo struct {
@@ -49,6 +54,7 @@ type shardInfo struct {
 	ref             leaseRef
 	holder, session string
 	transitions     int32
+	acquired        time.Time // the Lease's acquireTime, for the ring page only
 }
 
 // ringView is the ring's Leases as the replica's watch has delivered them,
@@ -74,8 +80,9 @@ type shardInfo struct {
 type ringView struct {
 	ring       string
 	shardCount int
-	changed    chan struct{} // capacity 1: poked on every change
-	synced     chan struct{} // closed at the first Replace
+	changed    chan struct{}    // capacity 1: poked on every change
+	synced     chan struct{}    // closed at the first Replace
+	listed     func(first bool) // if set, told of each Replace (metrics.go)
 
 	mu      sync.Mutex // protects the fields below
 	members map[string]memberInfo
@@ -166,7 +173,9 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 		confirmed := le.Spec.AcquireTime == nil || le.Spec.RenewTime == nil ||
 			!le.Spec.AcquireTime.Equal(le.Spec.RenewTime)
 		return parsed{member: id, shard: -1, m: memberInfo{ref: refOf(le),
-			session: le.Annotations[AnnotationSession], confirmed: confirmed}}, true
+			session: le.Annotations[AnnotationSession], confirmed: confirmed,
+			started: microTime(le.Spec.AcquireTime), renewed: microTime(le.Spec.RenewTime),
+			report: le.Annotations[AnnotationReport]}}, true
 	case roleShard:
 		s, ok := strings.CutPrefix(le.Name, g.ring+"-shard-")
 		if !ok || le.Annotations[AnnotationShards] != strconv.Itoa(g.shardCount) {
@@ -181,7 +190,7 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 			tr = *le.Spec.LeaseTransitions
 		}
 		return parsed{shard: n, s: shardInfo{exists: true, ref: refOf(le), holder: holder,
-			session: le.Annotations[AnnotationSession], transitions: tr}}, true
+			session: le.Annotations[AnnotationSession], transitions: tr, acquired: microTime(le.Spec.AcquireTime)}}, true
 	}
 	return parsed{}, false
 }
@@ -351,6 +360,9 @@ func (g *ringView) Replace(items []any, listRV string) error {
 	g.mu.Unlock()
 	if first {
 		close(g.synced)
+	}
+	if g.listed != nil {
+		g.listed(first)
 	}
 	g.poke()
 	return nil

@@ -19,6 +19,8 @@ type feed struct {
 	covers []bool
 	// listed is set once its first list is in the store. inf.mu.
 	listed bool
+	// downgrade is set on the feed that downgrade started. inf.mu.
+	downgrade bool
 }
 
 // feedStore is the cache.ReflectorStore of feed f: it applies f's changes
