@@ -266,3 +266,49 @@ func TestUnreachableLogged(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusDeadHolder checks what Status says of a killed replica: its
+// shards are still held (nobody may take them before the fence), by a
+// holder that is not live, until the fence; then another holds them.
+func TestStatusDeadHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rg := newRing(t, 4, 40)
+		defer rg.stopAll()
+		var a *sharding.Replica
+		rg.created = func(id string, r *sharding.Replica) {
+			if a == nil {
+				a = r
+			}
+		}
+		rg.start(false)
+		b := rg.start(true)
+		rg.waitBalanced(time.Minute)
+		time.Sleep(2 * retryPeriod)
+		rg.stop(b)
+		time.Sleep(renewDeadline + time.Second) // before the fence, at LeaseDuration
+		st := a.Status()
+		dead := 0
+		for _, s := range st.Shards {
+			if !s.Held {
+				t.Errorf("shard %d free before the fence: %+v", s.Shard, s)
+			}
+			if s.Holder == b {
+				dead++
+				if s.HolderLive {
+					t.Errorf("shard %d: holder %s killed %v ago shown live", s.Shard, b, renewDeadline+time.Second)
+				}
+			} else if !s.HolderLive || !s.Admitted {
+				t.Errorf("shard %d: %+v, want admitted by a live holder", s.Shard, s)
+			}
+		}
+		if dead != 2 || len(st.Members) != 2 || st.Members[1].Live {
+			t.Errorf("%d shards of the dead holder, members %+v", dead, st.Members)
+		}
+		rg.waitBalanced(leaseDuration + time.Minute)
+		for _, s := range a.Status().Shards {
+			if s.Holder != st.Identity || !s.HolderLive {
+				t.Errorf("after the fence, shard %d: %+v", s.Shard, s)
+			}
+		}
+	})
+}

@@ -32,8 +32,10 @@ type Status struct {
 	SessionStart time.Time `json:"sessionStart,omitzero"`
 	Ready        string    `json:"ready,omitempty"`
 	// LeaseDuration is how long a member's Lease may stay unchanged
-	// before another replica fences it.
+	// before another replica fences it; RenewDeadline how long a member
+	// runs keys after its last answered write was sent.
 	LeaseDuration time.Duration `json:"leaseDurationNanos"`
+	RenewDeadline time.Duration `json:"renewDeadlineNanos"`
 	// Members are the ring's membership Leases, by identity.
 	Members []MemberStatus `json:"members"`
 	// Shards are the ring's shards, by index.
@@ -55,7 +57,11 @@ type MemberStatus struct {
 	// version (this replica's clock); it fences the member LeaseDuration
 	// later unless the Lease changes.
 	Seen time.Time `json:"seen"`
-	// Live is Confirmed and Seen less than LeaseDuration ago.
+	// Live is Confirmed and Seen less than RenewDeadline ago. A member
+	// whose Lease has not changed for longer has stopped running keys by
+	// its own rule (it stops RenewDeadline after sending its last answered
+	// write, which the watch delivered later), though it is fenced only
+	// LeaseDuration after Seen.
 	Live bool `json:"live"`
 	// Share is the number of shards the member is due (0 if it does not
 	// count yet); Held the shards whose Lease names it in its session.
@@ -113,7 +119,7 @@ func (r *Replica) Status() Status {
 	st := Status{
 		Time: now, Ring: r.cfg.Name, Namespace: r.cfg.Namespace, Identity: r.cfg.Identity,
 		ShardCount: r.shards, Field: r.field, Filtering: r.Filtering().String(),
-		Alive: alive, LeaseDuration: r.cfg.LeaseDuration,
+		Alive: alive, LeaseDuration: r.cfg.LeaseDuration, RenewDeadline: r.cfg.RenewDeadline,
 	}
 	if alive {
 		st.Session = session
@@ -134,7 +140,7 @@ func (r *Replica) Status() Status {
 		ms := MemberStatus{
 			Identity: id, Session: m.session, Confirmed: m.confirmed,
 			SessionStart: m.started, Renewed: m.renewed, Seen: m.at,
-			Live:  m.confirmed && now.Sub(m.at) < r.cfg.LeaseDuration,
+			Live:  m.confirmed && now.Sub(m.at) < r.cfg.RenewDeadline,
 			Share: share[id], Held: b.held[id],
 		}
 		st.Members = append(st.Members, ms)

@@ -305,7 +305,7 @@ input[type=text] { width: 28em; font-family: ui-monospace, Menlo, Consolas, mono
 <tr><th>identity</th><th>live</th><th>confirmed</th><th>share</th><th>held</th><th>session since</th><th>last renewal</th><th>Lease unchanged for</th></tr>
 {{range .Members}}<tr{{if eq .Identity $p.Identity}} class="self"{{end}}><td>{{.Identity}}</td><td>{{if .Live}}<span class="ok">yes</span>{{else}}<span class="bad">no</span>{{end}}</td><td>{{if .Confirmed}}yes{{else}}joining{{end}}</td><td class="num">{{.Share}}</td><td class="num">{{.Held}}</td><td>{{$p.Ago .SessionStart}}</td><td>{{$p.Ago .Renewed}}</td><td>{{$p.Ago .Seen}}</td></tr>
 {{end}}</table>{{else}}<p class="none">no member</p>{{end}}
-<p class="meta">A shard is held while its Lease names a member's current session; a member is live while its Lease is confirmed and changed less than LeaseDuration ({{.LeaseDuration}}) ago as this replica's watch saw it. States are each holder's own, from its last membership write.</p>
+<p class="meta">A shard is held while its Lease names a member's current session; a member is live while its Lease is confirmed and changed less than RenewDeadline ({{.RenewDeadline}}) ago as this replica's watch saw it (a member stops running keys RenewDeadline after its last answered write, and is fenced once its Lease has not changed for LeaseDuration, {{.LeaseDuration}}). States are each holder's own, from its last membership write.</p>
 </body>
 </html>
 `
