@@ -39,44 +39,6 @@ func (f Filtering) String() string {
 	return "client"
 }
 
-// Gauge is the one method of a metric the replica sets. A
-// prometheus.Gauge satisfies it.
-type Gauge interface{ Set(float64) }
-
-// Metrics are the gauges a replica keeps up to date. Each may be nil.
-// They are set outside the replica's locks, from the replica's loop and
-// from the sharded informers' goroutines; Set must be safe for concurrent
-// use and cheap.
-type Metrics struct {
-	// ServerFiltering is 1 while the server filters the primary
-	// informer's list and watch by shard (FilterServer), 0 while the
-	// replica filters on the client (FilterClient).
-	ServerFiltering Gauge
-	// Shards is the number of shards whose keys the replica admits.
-	Shards Gauge
-	// Objects is the number of objects in the primary sharded informer.
-	Objects Gauge
-	// Forbidden is 1 while the API server refuses (403) a kind of request
-	// the replica needs, 0 otherwise (forbidden.go; see Replica.Ready). It
-	// is set under the permission tracker's lock.
-	Forbidden Gauge
-	// Mismatch is 1 once the replica refuses its ring, whose Leases were
-	// written with another Config.Shards or Config.Field (Run returns the
-	// error, which wraps ErrRingMismatch), 0 otherwise (shardcount.go).
-	Mismatch Gauge
-	// WithoutUID counts the objects the primary informer added without a
-	// metadata.uid while sharding by UID (Field = FieldUID): they all
-	// hash alike, into one shard. The API server sets a UID on every
-	// object; client-go's fake clientset does not (replica.go).
-	WithoutUID Gauge
-}
-
-func setGauge(g Gauge, v float64) {
-	if g != nil {
-		g.Set(v)
-	}
-}
-
 // newInformer builds a sharded informer of obj's type on lw for r; the
 // primary one (Config.Object's) sets the ServerFiltering and Objects
 // gauges.
@@ -107,6 +69,7 @@ func newInformer(r *Replica, lw cache.ListerWatcher, obj runtime.Object, indexer
 		// sharded resource ends Run as a forbidden Lease request does.
 		Failed:    r.refused,
 		Succeeded: r.granted,
+		Listed:    r.listed,
 	}
 	if primary {
 		// Typed nil gauges must stay untyped nils for the cache.

@@ -76,6 +76,9 @@ type leaseIO struct {
 	// outcome is told the verb and error (nil: success) of every request
 	// (the permission tracker's report).
 	outcome func(verb string, err error)
+	// annotate, if set, gives AnnotationReport's value for each
+	// membership write (metrics.go).
+	annotate func() string
 }
 
 func newLeaseIO(cfg Config, outcome func(verb string, err error)) *leaseIO {
@@ -126,6 +129,7 @@ func (l *leaseIO) listWatch() *cache.ListWatch {
 func (l *leaseIO) writeMember(ctx context.Context, known leaseRef, session string, start, now time.Time, mark memberMark) (*coordinationv1.Lease, error) {
 	lease := l.memberLease(session, start, now)
 	mark.annotate(lease)
+	l.addReport(lease)
 	if !known.known() {
 		out, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
 		l.report("create", err)

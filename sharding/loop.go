@@ -368,6 +368,7 @@ func (r *Replica) fence(ctx context.Context, v *view, now time.Time) {
 			klog.V(2).InfoS("sharding: fenced a member that stopped renewing", "ring", r.cfg.Name, "identity", r.cfg.Identity, "member", id)
 			delete(v.members, id)
 			r.ring.forget(id, ref)
+			r.fenced()
 			continue
 		}
 		r.tried.fence[id] = ref
@@ -390,6 +391,7 @@ func (r *Replica) acquire(ctx context.Context, i int, s shardInfo, session strin
 	}
 	r.ring.upsert(out) // our write, from the server's answer
 	r.runs.acquired(i, session)
+	r.gained()
 	klog.V(2).InfoS("sharding: acquired a shard", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shard", i)
 }
 
@@ -425,6 +427,7 @@ func (r *Replica) progress(api context.Context) time.Time {
 		r.ring.upsert(out) // our write, from the server's answer
 		r.runs.released(i)
 		r.plans.giveTo[i] = ""
+		r.released()
 		klog.V(2).InfoS("sharding: released a shard", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shard", i)
 	}
 	return wakeAt

@@ -40,12 +40,13 @@ func (r *Replica) renew(ctx context.Context) {
 	}
 	out, err := r.io.writeMember(ctx, r.member, session, start, sent, memberMark{synced: r.plans.synced, leaving: leaving})
 	if err != nil {
-		klog.V(2).InfoS("sharding: membership renewal failed", "ring", r.cfg.Name, "identity", r.cfg.Identity, "err", err)
+		r.memberWrite(err)
 		if r.memberLost(ctx, err) && alive {
 			r.lose(true)
 		}
 		return
 	}
+	r.memberWrite(nil)
 	r.member = refOf(out)
 	r.ring.upsert(out) // our write, from the server's answer
 	switch r.runs.answered(sent, time.Now(), r.cfg.RenewDeadline, alive, session) {

@@ -143,6 +143,7 @@ type Replica struct {
 	// refusal is set once the ring shows another shard count or field
 	// (shardcount.go).
 	refusal mismatch
+	obs     observer // what the replica reports of itself (metrics.go)
 
 	// Touched only by the loop goroutine (Run, loop.go and member.go).
 	expire    *time.Timer // calls lose at the session's deadline
@@ -195,9 +196,11 @@ func New(cfg Config) (*Replica, error) {
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
 	}
 	r.runs.init(cfg.Shards)
+	r.ring.listed = r.ringListed
 	r.perms.init(cfg, r.poke)
 	setGauge(cfg.Metrics.Mismatch, 0)
 	r.io = newLeaseIO(cfg, r.leaseOutcome)
+	r.io.annotate = r.obs.reportNow
 	if cfg.ListerWatcher != nil {
 		r.primary = newInformer(r, cfg.ListerWatcher, cfg.Object, nil, true)
 		if _, err := r.primary.AddEventHandler(r.eventHandler()); err != nil {
@@ -410,6 +413,7 @@ func (r *Replica) poke() {
 // when the ring shows that the session is over.
 func (r *Replica) lose(force bool) {
 	if r.runs.lose(force, time.Now()) {
+		r.sessionEnded(force)
 		r.poke()
 	}
 }

@@ -58,6 +58,11 @@ type memberInfo struct {
 	// with another memberInfo's: a copy may be kept.
 	synced  []int
 	leaving bool
+	// For the ring page only (status.go), never for a decision: the
+	// Lease's acquireTime and renewTime (the writer's clock) and its
+	// AnnotationReport.
+	started, renewed time.Time
+	report           string
 }
 
 type shardInfo struct {
@@ -68,7 +73,8 @@ type shardInfo struct {
 	// to hand it to (annotationNext); deal gives it to that member.
 	next        string
 	transitions int32
-	conf        ringConf // of the replica that wrote it (shardcount.go)
+	conf        ringConf  // of the replica that wrote it (shardcount.go)
+	acquired    time.Time // the Lease's acquireTime, for the ring page only
 }
 
 // Annotations of the planned moves (make before break, decide.go plan):
@@ -153,8 +159,9 @@ func parseShards(v string, n int) []int {
 type ringView struct {
 	ring       string
 	shardCount int
-	changed    chan struct{} // capacity 1: poked on every change
-	synced     chan struct{} // closed at the first Replace
+	changed    chan struct{}    // capacity 1: poked on every change
+	synced     chan struct{}    // closed at the first Replace
+	listed     func(first bool) // if set, told of each Replace (metrics.go)
 
 	mu        sync.Mutex // protects the fields below
 	members   map[string]memberInfo
@@ -256,7 +263,9 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 		return parsed{member: id, shard: -1, m: memberInfo{ref: refOf(le),
 			session: le.Annotations[AnnotationSession], confirmed: confirmed, conf: confOf(le),
 			synced:  parseShards(le.Annotations[annotationSynced], g.shardCount),
-			leaving: le.Annotations[annotationLeaving] == "true"}}, true
+			leaving: le.Annotations[annotationLeaving] == "true",
+			started: microTime(le.Spec.AcquireTime), renewed: microTime(le.Spec.RenewTime),
+			report: le.Annotations[AnnotationReport]}}, true
 	case roleRing:
 		if le.Name != ringLeaseName(g.ring) {
 			return parsed{}, false
@@ -276,7 +285,8 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 			tr = *le.Spec.LeaseTransitions
 		}
 		return parsed{shard: n, s: shardInfo{exists: true, ref: refOf(le), holder: holder,
-			session: le.Annotations[AnnotationSession], next: le.Annotations[annotationNext], transitions: tr, conf: confOf(le)}}, true
+			session: le.Annotations[AnnotationSession], next: le.Annotations[annotationNext], transitions: tr, conf: confOf(le),
+			acquired: microTime(le.Spec.AcquireTime)}}, true
 	}
 	return parsed{}, false
 }
@@ -457,6 +467,9 @@ func (g *ringView) Replace(items []any, listRV string) error {
 	g.mu.Unlock()
 	if first {
 		close(g.synced)
+	}
+	if g.listed != nil {
+		g.listed(first)
 	}
 	g.poke()
 	return nil

@@ -71,6 +71,7 @@ func (r *Replica) sync() {
 	}
 	r.runs.setFilled(filled, gen)
 	r.admitted()
+	r.observe()
 }
 
 // warm returns the shards the informers fill: held, and those kept warm

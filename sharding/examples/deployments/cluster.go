@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/ringpage"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -95,7 +101,7 @@ func runCluster(ctx context.Context, o clusterOptions) error {
 		if err != nil {
 			return err
 		}
-		srv = &http.Server{Handler: g.handler(r), ReadHeaderTimeout: 10 * time.Second}
+		srv = &http.Server{Handler: g.handler(r, q), ReadHeaderTimeout: 10 * time.Second}
 		wg.Go(func() {
 			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 				klog.ErrorS(err, "serving /metrics and /readyz")
@@ -120,10 +126,17 @@ func runCluster(ctx context.Context, o clusterOptions) error {
 
 // gauges are the replica's sharding.Metrics, served in Prometheus' text
 // format by handler: the example keeps the sharding module free of a
-// metrics library (a controller passes prometheus.Gauges instead).
+// metrics library (a controller passes prometheus.Gauges, Counters and
+// vectors instead, as interop/crsharding/examples/sharded does).
 type gauges struct {
 	names  []string
 	values map[string]*gauge
+
+	mu sync.Mutex // protects the labelled series below
+	// series are the counters with labels and the per-shard gauges, by
+	// name and then by their rendered labels ({cause="gain"}).
+	series map[string]map[string]*gauge
+	kinds  map[string]string // name → "counter" or "gauge"
 }
 
 type gauge struct{ bits atomic.Uint64 }
@@ -131,13 +144,66 @@ type gauge struct{ bits atomic.Uint64 }
 func (g *gauge) Set(v float64)  { g.bits.Store(math.Float64bits(v)) }
 func (g *gauge) value() float64 { return math.Float64frombits(g.bits.Load()) }
 
+// Inc makes a gauge a counter. The example's replica increments each
+// from one goroutine at a time, but a CAS keeps it right regardless.
+func (g *gauge) Inc() {
+	for {
+		old := g.bits.Load()
+		if g.bits.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+1)) {
+			return
+		}
+	}
+}
+
 func newGauges() *gauges {
-	g := &gauges{values: map[string]*gauge{}}
-	for _, name := range []string{"sharding_shards", "sharding_objects", "sharding_server_filtering", "sharding_forbidden"} {
+	g := &gauges{values: map[string]*gauge{}, series: map[string]map[string]*gauge{}, kinds: map[string]string{}}
+	for _, name := range []string{"sharding_shards", "sharding_objects", "sharding_server_filtering", "sharding_forbidden",
+		"sharding_gained_total", "sharding_released_total", "sharding_fences_total"} {
 		g.names = append(g.names, name)
 		g.values[name] = &gauge{}
 	}
 	return g
+}
+
+// labelled returns the series of name with the given label pairs.
+func (g *gauges) labelled(kind, name string, kv ...string) *gauge {
+	var b strings.Builder
+	for i := 0; i < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s=%q", kv[i], kv[i+1])
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.series[name] == nil {
+		g.series[name], g.kinds[name] = map[string]*gauge{}, kind
+	}
+	v := g.series[name][b.String()]
+	if v == nil {
+		v = &gauge{}
+		g.series[name][b.String()] = v
+	}
+	return v
+}
+
+// SetShard and DeleteShard are sharding.ShardMetrics: one series per
+// shard the replica holds, deleted when it no longer holds it.
+func (g *gauges) SetShard(shard int, admitted bool, objects int) {
+	a := 0.0
+	if admitted {
+		a = 1
+	}
+	g.labelled("gauge", "sharding_shard_admitted", "shard", strconv.Itoa(shard)).Set(a)
+	g.labelled("gauge", "sharding_shard_objects", "shard", strconv.Itoa(shard)).Set(float64(objects))
+}
+
+func (g *gauges) DeleteShard(shard int) {
+	key := fmt.Sprintf("shard=%q", strconv.Itoa(shard))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.series["sharding_shard_admitted"], key)
+	delete(g.series["sharding_shard_objects"], key)
 }
 
 func (g *gauges) metrics() sharding.Metrics {
@@ -146,20 +212,50 @@ func (g *gauges) metrics() sharding.Metrics {
 		Objects:         g.values["sharding_objects"],
 		ServerFiltering: g.values["sharding_server_filtering"],
 		Forbidden:       g.values["sharding_forbidden"],
+		Gained:          g.values["sharding_gained_total"],
+		Released:        g.values["sharding_released_total"],
+		Fences:          g.values["sharding_fences_total"],
+		Lapses: func(cause string) sharding.Counter {
+			return g.labelled("counter", "sharding_lapses_total", "cause", cause)
+		},
+		Lists: func(resource, cause string) sharding.Counter {
+			return g.labelled("counter", "sharding_lists_total", "resource", resource, "cause", cause)
+		},
+		PerShard: g,
+	}
+}
+
+// write writes every series in Prometheus' text format.
+func (g *gauges) write(w io.Writer) {
+	for _, name := range g.names {
+		kind := "gauge"
+		if strings.HasSuffix(name, "_total") {
+			kind = "counter"
+		}
+		fmt.Fprintf(w, "# TYPE %s %s\n%s %g\n", name, kind, name, g.values[name].value())
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, name := range slices.Sorted(maps.Keys(g.series)) {
+		fmt.Fprintf(w, "# TYPE %s %s\n", name, g.kinds[name])
+		for _, labels := range slices.Sorted(maps.Keys(g.series[name])) {
+			fmt.Fprintf(w, "%s{%s} %g\n", name, labels, g.series[name][labels].value())
+		}
 	}
 }
 
 // handler serves /metrics and /readyz (Replica.Ready: not ready before the
 // replica has joined, after its session lapsed, and while the API server
 // refuses it a request it needs).
-func (g *gauges) handler(r *sharding.Replica) http.Handler {
+func (g *gauges) handler(r *sharding.Replica, q *workqueue.RateLimitingQueue[string]) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		for _, name := range g.names {
-			fmt.Fprintf(w, "# TYPE %s gauge\n%s %g\n", name, name, g.values[name].value())
-		}
+		g.write(w)
 	})
+	// The ring page: who holds each shard, and where a key stands
+	// (/debug/ring?key=namespace/name; ?format=json).
+	mux.Handle("GET /debug/ring", ringpage.New(r, ringpage.Options{Queue: q}))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		if err := r.Ready(req); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

@@ -30,6 +30,8 @@ type feed struct {
 	covers []bool
 	// listed is set once its first list is in the store. inf.mu.
 	listed bool
+	// downgrade is set on the feed that downgrade started. inf.mu.
+	downgrade bool
 }
 
 // follow starts and stops feeds to match target. inf.mu must be held.

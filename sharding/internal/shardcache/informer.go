@@ -101,6 +101,9 @@ type Config struct {
 	// ServerFiltering is set to 1 in server mode, 0 in client mode;
 	// Objects to the number of objects in the store.
 	ServerFiltering, Objects Gauge
+	// Listed, if not nil, is called as each list starts (its first
+	// page is sent), with the resource and the list's cause (metrics.go).
+	Listed func(resource, cause string)
 }
 
 // ShardIndex indexes the store by shard (the decimal shard number).

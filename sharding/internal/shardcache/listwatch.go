@@ -76,6 +76,7 @@ func (l *feedLW) wanted() []bool {
 // cache page by page (older servers, from etcd, page by page).
 func (l *feedLW) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	opts.ShardSelector = l.f.sel
+	l.inf.listStarts(l.f, opts.Continue)
 	if opts.ResourceVersion == "0" && opts.Continue == "" && opts.Limit > 0 {
 		opts.ResourceVersion = ""
 	}

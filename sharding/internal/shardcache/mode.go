@@ -96,6 +96,7 @@ func (inf *Informer) downgrade(f *feed, why string) {
 	ctx := inf.ctx
 	if ctx != nil && ctx.Err() == nil && slices.Contains(inf.target, true) {
 		inf.start(allShards)
+		inf.feeds[allShards].downgrade = true
 	}
 	inf.mu.Unlock()
 	inf.logMode(ctx, false, why)

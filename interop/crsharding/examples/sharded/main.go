@@ -26,10 +26,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/go-coalesce/workqueue/interop/crsharding/examples/sharded/configmaps"
 	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/ringpage"
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -61,7 +63,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	mgr, _, err := configmaps.New(cfg, configmaps.Options{
+	mgr, sh, err := configmaps.New(cfg, configmaps.Options{
 		Namespace: *namespace,
 		Identity:  *identity,
 		Ring: sharding.Config{
@@ -80,6 +82,11 @@ func run() error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
+	// The ring page, beside /metrics: who holds each shard, and where a
+	// key stands (/debug/ring?key=namespace/name).
+	if err := mgr.AddMetricsServerExtraHandler("/debug/ring", ringpage.New(sh.Replica(), ringpage.Options{})); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return mgr.Start(ctx)
@@ -96,12 +103,58 @@ func ringMetrics() sharding.Metrics {
 		ctrlmetrics.Registry.MustRegister(g)
 		return g
 	}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		ctrlmetrics.Registry.MustRegister(c)
+		return c
+	}
+	vec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		ctrlmetrics.Registry.MustRegister(c)
+		return c
+	}
+	lapses := vec("sharding_lapses_total", "Sessions of the replica that ended other than by a leave, by cause (deadline, fenced).", "cause")
+	lists := vec("sharding_lists_total", "Lists the replica started, by resource and cause (initial, gain, relist, downgrade).", "resource", "cause")
+	perShard := shardGauges{
+		admitted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sharding_shard_admitted",
+			Help: "Per shard this replica holds (and only those): 1 while its keys run, 0 while its cache fills or it is given up."}, []string{"shard"}),
+		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sharding_shard_objects",
+			Help: "Per shard this replica holds: its objects in the replica's cache."}, []string{"shard"}),
+	}
+	ctrlmetrics.Registry.MustRegister(perShard.admitted, perShard.objects)
 	return sharding.Metrics{
 		ServerFiltering: gauge("sharding_server_filtering", "1 while the API server filters the sharded list and watch by shard, 0 while the replica filters them."),
 		Shards:          gauge("sharding_shards", "Shards whose keys the replica admits."),
 		Objects:         gauge("sharding_objects", "Objects in the replica's sharded cache."),
 		Forbidden:       gauge("sharding_forbidden", "1 while the API server refuses (403) a request the replica needs."),
+		Gained:          counter("sharding_gained_total", "Shards the replica acquired."),
+		Released:        counter("sharding_released_total", "Shards the replica released after draining them."),
+		Fences:          counter("sharding_fences_total", "Members the replica fenced (their Lease unchanged for LeaseDuration)."),
+		Lapses:          func(cause string) sharding.Counter { return lapses.WithLabelValues(cause) },
+		Lists:           func(resource, cause string) sharding.Counter { return lists.WithLabelValues(resource, cause) },
+		PerShard:        perShard,
 	}
+}
+
+// shardGauges is sharding.ShardMetrics on two gauge vectors labelled by
+// shard: a replica exports the shards it holds only, so the ring has one
+// series per shard whatever its replicas.
+type shardGauges struct{ admitted, objects *prometheus.GaugeVec }
+
+func (g shardGauges) SetShard(shard int, admitted bool, objects int) {
+	s := strconv.Itoa(shard)
+	a := 0.0
+	if admitted {
+		a = 1
+	}
+	g.admitted.WithLabelValues(s).Set(a)
+	g.objects.WithLabelValues(s).Set(float64(objects))
+}
+
+func (g shardGauges) DeleteShard(shard int) {
+	s := strconv.Itoa(shard)
+	g.admitted.DeleteLabelValues(s)
+	g.objects.DeleteLabelValues(s)
 }
 
 func envOr(name, def string) string {

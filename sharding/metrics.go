@@ -1,0 +1,373 @@
+package sharding
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/go-coalesce/workqueue/sharding/internal/shardcache"
+)
+
+// This file is what the replica reports of itself: the gauges and
+// counters of Metrics, the per-shard view (ShardMetrics), and the report
+// of its shards that each membership write carries for the other
+// replicas' ring pages (AnnotationReport). The loop calls observe after
+// each sync; the events are counted where they happen, by one call each
+// (loop.go, member.go, replica.go, ringview.go, informer.go).
+
+// Gauge is the one method of a metric the replica sets. A
+// prometheus.Gauge satisfies it.
+type Gauge interface{ Set(float64) }
+
+// Counter is the one method of a counter the replica increments. A
+// prometheus.Counter satisfies it.
+type Counter interface{ Inc() }
+
+// Metrics are the gauges and counters a replica keeps up to date. Each
+// may be nil. They are set outside the replica's locks, from the
+// replica's loop and from the sharded informers' goroutines; Set and Inc
+// must be safe for concurrent use and cheap.
+//
+// The counters with a label are functions that return the counter of one
+// label value, e.g. with a *prometheus.CounterVec:
+//
+//	Lists: func(resource, cause string) sharding.Counter { return lists.WithLabelValues(resource, cause) },
+type Metrics struct {
+	// ServerFiltering is 1 while the server filters the primary
+	// informer's list and watch by shard (FilterServer), 0 while the
+	// replica filters on the client (FilterClient).
+	ServerFiltering Gauge
+	// Shards is the number of shards whose keys the replica admits.
+	Shards Gauge
+	// Objects is the number of objects in the primary sharded informer.
+	Objects Gauge
+	// Forbidden is 1 while the API server refuses (403) a kind of request
+	// the replica needs, 0 otherwise (forbidden.go; see Replica.Ready). It
+	// is set under the permission tracker's lock.
+	Forbidden Gauge
+	// Mismatch is 1 once the replica refuses its ring, whose Leases were
+	// written with another Config.Shards or Config.Field (Run returns the
+	// error, which wraps ErrRingMismatch), 0 otherwise (shardcount.go).
+	Mismatch Gauge
+	// WithoutUID counts the objects the primary informer added without a
+	// metadata.uid while sharding by UID (Field = FieldUID): they all
+	// hash alike, into one shard. The API server sets a UID on every
+	// object; client-go's fake clientset does not (replica.go).
+	WithoutUID Gauge
+
+	// Gained counts the shards the replica acquired: each acquisition
+	// of a shard Lease that was answered (a move to this replica, or a
+	// shard's first holder).
+	Gained Counter
+	// Released counts the shards the replica released once their runs
+	// had returned: planned moves away (to balance the ring, or leaving).
+	// A shard lost with a lapsed session is not released; see Lapses.
+	Released Counter
+	// Fences counts the members this replica fenced: it deleted the
+	// membership Lease of a member whose Lease had not changed for
+	// LeaseDuration (a crashed or cut-off replica), freeing its shards.
+	Fences Counter
+	// Lapses counts the sessions of this replica that ended other than
+	// by a graceful leave, by cause: "deadline" (no membership write
+	// answered within RenewDeadline) or "fenced" (its membership Lease
+	// was deleted by another replica, or names another session). Every
+	// shard it held is lost at once, and its runs cancelled.
+	Lapses func(cause string) Counter
+	// Lists counts the lists the replica started, by resource (the
+	// plural name: "deployments"; "leases" for the ring) and cause:
+	// "initial" (the first fill of a sharded informer, or the ring's
+	// first list), "gain" (a shard gained later: a move), "relist" (a
+	// watch ended with 410 Gone or failed, and the resource or the ring
+	// is listed again), "downgrade" (the server stopped filtering by
+	// shard: every held shard listed again). A list's later pages are not
+	// counted.
+	Lists func(resource, cause string) Counter
+
+	// PerShard, if set, is told of each shard the replica holds, and
+	// only those: across the ring there is one series per shard, O(S),
+	// however many replicas come and go.
+	PerShard ShardMetrics
+}
+
+// ShardMetrics is the per-shard view of Metrics: a gauge per shard the
+// replica holds, labelled by shard, whose series is deleted when the
+// shard is no longer held. Its methods are called from the replica's
+// loop goroutine only, outside its locks, and must be cheap.
+type ShardMetrics interface {
+	// SetShard reports that the replica holds shard: admitted is true
+	// while its keys run (false while its cache is being filled, or it is
+	// being given up), objects is its objects in the primary informer.
+	// It is called when the shard's state changes, and at most once per
+	// RetryPeriod otherwise, to refresh objects.
+	SetShard(shard int, admitted bool, objects int)
+	// DeleteShard reports that the replica no longer holds shard
+	// (released, or lost): its series should go.
+	DeleteShard(shard int)
+}
+
+func setGauge(g Gauge, v float64) {
+	if g != nil {
+		g.Set(v)
+	}
+}
+
+func inc(c Counter) {
+	if c != nil {
+		c.Inc()
+	}
+}
+
+// The causes of Metrics.Lapses.
+const (
+	lapseDeadline = "deadline"
+	lapseFenced   = "fenced"
+)
+
+// The states of a held shard, as the ring page and the report name them.
+const (
+	stateAdmitted = "admitted" // synced, keys run
+	stateFilling  = "filling"  // held, the cache is being filled: no key runs yet
+	stateDraining = "draining" // being given up: synced, no new run
+	stateWarm     = "warm"     // not held: the session lapsed, the cache kept (keepWarm)
+)
+
+// AnnotationReport is set on each membership Lease to the shards its
+// replica held when it wrote it, for the ring page of every replica
+// (ringpage): space-separated entries <shard>:<state>:<objects>, where
+// state is a (admitted: synced, its keys run), f (filling: held, its
+// cache not yet synced) or d (draining: being given up). It is about 10
+// bytes per held shard and is written with the renewals, never on its
+// own; no replica's decisions read it.
+const AnnotationReport = "sharding.go-coalesce.io/report"
+
+// heldShard is one held shard as observe saw it.
+type heldShard struct {
+	shard   int
+	state   string
+	objects int
+}
+
+// observer is what observe keeps between calls. Its zero value is
+// usable. Touched only by the loop goroutine, but for mu's fields.
+type observer struct {
+	last      []heldShard // as last told to PerShard, by shard
+	objectsAt time.Time   // when objects were last counted
+	streak    int         // membership writes failed in a row
+
+	mu     sync.Mutex  // protects the fields below (read by Status)
+	held   []heldShard // the held shards, by shard
+	report string      // AnnotationReport's value for the next write
+}
+
+// observe refreshes the per-shard view and the report after the loop's
+// sync: the shards held, their states, and (at most once per RetryPeriod,
+// or when a state changed) their objects.
+func (r *Replica) observe() {
+	o := &r.obs
+	active, draining := r.runs.states()
+	admitted := r.runs.active()
+	now := time.Now()
+	refresh := o.objectsAt.IsZero() || now.Sub(o.objectsAt) >= r.cfg.RetryPeriod
+	held := make([]heldShard, 0, len(active)+len(draining))
+	prev := make(map[int]heldShard, len(o.last))
+	for _, h := range o.last {
+		prev[h.shard] = h
+	}
+	add := func(s int, state string) {
+		h := heldShard{shard: s, state: state, objects: prev[s].objects}
+		if p, ok := prev[s]; !ok || p.state != state {
+			refresh = true
+		}
+		held = append(held, h)
+	}
+	for _, s := range active {
+		state := stateFilling
+		if _, ok := slices.BinarySearch(admitted, s); ok {
+			state = stateAdmitted
+		}
+		add(s, state)
+	}
+	for _, s := range draining {
+		add(s, stateDraining)
+	}
+	slices.SortFunc(held, func(a, b heldShard) int { return a.shard - b.shard })
+	if inf := r.primaryInformer(); refresh && inf != nil {
+		o.objectsAt = now
+		for i := range held {
+			held[i].objects = len(inf.ByShard(held[i].shard))
+		}
+	}
+	if m := r.cfg.Metrics.PerShard; m != nil {
+		now := make(map[int]bool, len(held))
+		for _, h := range held {
+			now[h.shard] = true
+			if p, ok := prev[h.shard]; !ok || p != h || refresh {
+				m.SetShard(h.shard, h.state == stateAdmitted, h.objects)
+			}
+		}
+		for _, p := range o.last {
+			if !now[p.shard] {
+				m.DeleteShard(p.shard)
+			}
+		}
+	}
+	o.last = held
+	o.mu.Lock()
+	o.held = held
+	o.report = reportOf(held)
+	o.mu.Unlock()
+}
+
+// heldNow returns the held shards as observe last saw them.
+func (o *observer) heldNow() []heldShard {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.held
+}
+
+// reportNow returns AnnotationReport's value for the next membership
+// write.
+func (o *observer) reportNow() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.report
+}
+
+// reportOf encodes held as AnnotationReport's value.
+func reportOf(held []heldShard) string {
+	var b strings.Builder
+	for i, h := range held {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.Itoa(h.shard))
+		b.WriteByte(':')
+		b.WriteByte(h.state[0])
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(h.objects))
+	}
+	return b.String()
+}
+
+// parseReport decodes AnnotationReport's value; entries it cannot read
+// are skipped (a newer writer's, or a hand edit).
+func parseReport(v string, shards int) []heldShard {
+	var out []heldShard
+	for _, e := range strings.Fields(v) {
+		parts := strings.Split(e, ":")
+		if len(parts) != 3 {
+			continue
+		}
+		s, err1 := strconv.Atoi(parts[0])
+		n, err2 := strconv.Atoi(parts[2])
+		if err1 != nil || err2 != nil || s < 0 || s >= shards {
+			continue
+		}
+		var state string
+		switch parts[1] {
+		case "a":
+			state = stateAdmitted
+		case "f":
+			state = stateFilling
+		case "d":
+			state = stateDraining
+		default:
+			continue
+		}
+		out = append(out, heldShard{shard: s, state: state, objects: n})
+	}
+	return out
+}
+
+// addReport sets AnnotationReport on lease, a membership Lease about to
+// be written, when there is something to report.
+func (l *leaseIO) addReport(lease *coordinationv1.Lease) {
+	if l.annotate == nil {
+		return
+	}
+	if v := l.annotate(); v != "" {
+		lease.Annotations[AnnotationReport] = v
+	}
+}
+
+// The event hooks: each is called at the one place its event happens.
+
+// gained, released and fenced count one event each.
+func (r *Replica) gained()   { inc(r.cfg.Metrics.Gained) }
+func (r *Replica) released() { inc(r.cfg.Metrics.Released) }
+func (r *Replica) fenced()   { inc(r.cfg.Metrics.Fences) }
+
+// listed counts a list of resource for cause.
+func (r *Replica) listed(resource, cause string) {
+	if f := r.cfg.Metrics.Lists; f != nil {
+		inc(f(resource, cause))
+	}
+}
+
+// ringListed counts a list of the ring's Leases: its first, or a relist.
+func (r *Replica) ringListed(first bool) {
+	cause := shardcache.ListRelist
+	if first {
+		cause = shardcache.ListInitial
+	}
+	r.listed("leases", cause)
+}
+
+// sessionEnded is told that the ledger ended a live session; forced is
+// false when its deadline passed (no membership write answered within
+// RenewDeadline), true when the ring showed it over (fenced) or the
+// replica left. A lapse is logged at default verbosity and counted; a
+// leave is neither.
+func (r *Replica) sessionEnded(forced bool) {
+	if r.runs.leaving() {
+		return
+	}
+	cause := lapseDeadline
+	msg := "sharding: session lapsed: no membership write answered within RenewDeadline; the replica stops admitting keys, cancels its runs and joins again once the API server answers"
+	if forced {
+		cause = lapseFenced
+		msg = "sharding: session over: the ring no longer shows this replica's membership Lease in its session (another replica fenced it); the replica stops admitting keys and joins again"
+	}
+	klog.ErrorS(nil, msg, "ring", r.cfg.Name, "identity", r.cfg.Identity, "renewDeadline", r.cfg.RenewDeadline)
+	if f := r.cfg.Metrics.Lapses; f != nil {
+		inc(f(cause))
+	}
+}
+
+// memberWrite is told the outcome of each membership write (a renewal or
+// a join): the first failure after an answered write is logged at
+// default verbosity (a replica that cannot reach the API server says so
+// within a period, not only when its session lapses), the others at
+// V(2); the first answer after failures is logged at default verbosity
+// too.
+func (r *Replica) memberWrite(err error) {
+	o := &r.obs
+	if err == nil {
+		if o.streak > 0 {
+			klog.InfoS("sharding: the API server answers the membership writes again", "ring", r.cfg.Name, "identity", r.cfg.Identity, "failedInARow", o.streak)
+		}
+		o.streak = 0
+		return
+	}
+	o.streak++
+	if o.streak == 1 {
+		klog.ErrorS(err, "sharding: a membership write failed: the API server may be unreachable; the session lapses RenewDeadline after the last answered write unless one is answered",
+			"ring", r.cfg.Name, "identity", r.cfg.Identity, "renewDeadline", r.cfg.RenewDeadline)
+		return
+	}
+	klog.V(2).InfoS("sharding: membership write failed", "ring", r.cfg.Name, "identity", r.cfg.Identity, "failedInARow", o.streak, "err", err)
+}
+
+// microTime returns t's time, or zero for nil.
+func microTime(t *metav1.MicroTime) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
+}

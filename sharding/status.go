@@ -1,0 +1,238 @@
+package sharding
+
+import (
+	"slices"
+	"time"
+)
+
+// This file answers "who holds what, and why is key K not reconciled"
+// from one replica: Status copies the ring as this replica's watch has it
+// (every shard's Lease, every member's), with what each holder reported
+// of its shards at its last membership write (AnnotationReport), and this
+// replica's own shards as they are now. The ring page (package ringpage)
+// shows it. Nothing here is read by a decision.
+
+// Status is the ring as one replica sees it at Time.
+type Status struct {
+	Time      time.Time `json:"time"`
+	Ring      string    `json:"ring"` // Config.Name
+	Namespace string    `json:"namespace"`
+	Identity  string    `json:"identity"` // this replica
+	// ShardCount is S; Field the hashed field ("uid" or "namespace").
+	ShardCount int    `json:"shardCount"`
+	Field      string `json:"field"`
+	// Filtering is who filters this replica's cache: "server" or "client".
+	Filtering string `json:"filtering"`
+	// Alive is true while this replica's session is alive (a membership
+	// write answered less than RenewDeadline ago); Session is its token,
+	// SessionStart when its join was sent. Ready is Ready's error, ""
+	// when ready.
+	Alive        bool      `json:"alive"`
+	Session      string    `json:"session,omitempty"`
+	SessionStart time.Time `json:"sessionStart,omitzero"`
+	Ready        string    `json:"ready,omitempty"`
+	// LeaseDuration is how long a member's Lease may stay unchanged
+	// before another replica fences it; RenewDeadline how long a member
+	// runs keys after its last answered write was sent.
+	LeaseDuration time.Duration `json:"leaseDurationNanos"`
+	RenewDeadline time.Duration `json:"renewDeadlineNanos"`
+	// Members are the ring's membership Leases, by identity.
+	Members []MemberStatus `json:"members"`
+	// Shards are the ring's shards, by index.
+	Shards []ShardStatus `json:"shards"`
+}
+
+// MemberStatus is one membership Lease as the replica's watch has it.
+type MemberStatus struct {
+	Identity string `json:"identity"`
+	Session  string `json:"session"`
+	// Confirmed is true once the session was renewed (its writer was
+	// answered): only confirmed members get a share.
+	Confirmed bool `json:"confirmed"`
+	// SessionStart and Renewed are the Lease's acquireTime and renewTime,
+	// by the member's clock.
+	SessionStart time.Time `json:"sessionStart,omitzero"`
+	Renewed      time.Time `json:"renewed,omitzero"`
+	// Seen is when this replica's watch delivered the Lease's current
+	// version (this replica's clock); it fences the member LeaseDuration
+	// later unless the Lease changes.
+	Seen time.Time `json:"seen"`
+	// Live is Confirmed and Seen less than RenewDeadline ago. A member
+	// whose Lease has not changed for longer has stopped running keys by
+	// its own rule (it stops RenewDeadline after sending its last answered
+	// write, which the watch delivered later), though it is fenced only
+	// LeaseDuration after Seen.
+	Live bool `json:"live"`
+	// Share is the number of shards the member is due (0 if it does not
+	// count yet); Held the shards whose Lease names it in its session.
+	Share int `json:"share"`
+	Held  int `json:"held"`
+}
+
+// ShardStatus is one shard of the ring.
+type ShardStatus struct {
+	Shard int `json:"shard"`
+	// Range is the shard's hash range, [Start, End) in hexadecimal;
+	// Selector its KEP-5866 selector.
+	Range    string `json:"range"`
+	Selector string `json:"selector"`
+	// Holder is the identity its Lease names ("" when released or never
+	// held), HolderSession the session it names.
+	Holder        string `json:"holder,omitempty"`
+	HolderSession string `json:"holderSession,omitempty"`
+	// Held is true when the holder's membership Lease names that session:
+	// the shard is held. Otherwise it is free, whatever Holder says.
+	Held bool `json:"held"`
+	// HolderLive is Held and the holder's member Live.
+	HolderLive bool `json:"holderLive"`
+	// Since is the Lease's acquireTime: when the holder acquired it, by
+	// its clock. HolderSessionStart is the holder's session's start.
+	Since              time.Time `json:"since,omitzero"`
+	HolderSessionStart time.Time `json:"holderSessionStart,omitzero"`
+	// State is the holder's account of the shard: "admitted" (synced,
+	// its keys run), "filling" (its cache not synced yet: no key runs),
+	// "draining" (being given up), or "" (no account: free, or the holder
+	// reported nothing). Synced and Admitted say the same in two bits;
+	// Objects are the shard's objects in the holder's cache.
+	State    string `json:"state,omitempty"`
+	Synced   bool   `json:"synced"`
+	Admitted bool   `json:"admitted"`
+	Objects  int    `json:"objects"`
+	// ReportedAt is when that account was taken: Time for this replica's
+	// own shards, the holder's last membership write (its renewTime)
+	// for another's.
+	ReportedAt time.Time `json:"reportedAt,omitzero"`
+	// Local is this replica's own state of the shard: "admitted",
+	// "filling", "draining", "warm" (not held: its session lapsed and its
+	// cache is kept), or "".
+	Local string `json:"local,omitempty"`
+}
+
+// Status returns the ring as this replica sees it now. It copies the
+// view under its lock, and costs O(S + N) plus, for the shards this
+// replica holds, what the last observation counted.
+func (r *Replica) Status() Status {
+	now := time.Now()
+	var v view
+	r.ring.snapshot(&v)
+	ss := r.runs.status()
+	alive, session := ss.alive, ss.session
+	st := Status{
+		Time: now, Ring: r.cfg.Name, Namespace: r.cfg.Namespace, Identity: r.cfg.Identity,
+		ShardCount: r.shards, Field: r.field, Filtering: r.Filtering().String(),
+		Alive: alive, LeaseDuration: r.cfg.LeaseDuration, RenewDeadline: r.cfg.RenewDeadline,
+	}
+	if alive {
+		st.Session = session
+		if m, ok := v.members[r.cfg.Identity]; ok && m.session == session {
+			st.SessionStart = m.started
+		}
+	}
+	if err := r.Ready(nil); err != nil {
+		st.Ready = err.Error()
+	}
+	b := balanceOf(&v, r.shards)
+	share := make(map[string]int, len(b.ids))
+	for k, id := range b.ids {
+		share[id] = b.share(k)
+	}
+	reports := make(map[string]map[int]heldShard, len(v.members))
+	for id, m := range v.members {
+		ms := MemberStatus{
+			Identity: id, Session: m.session, Confirmed: m.confirmed,
+			SessionStart: m.started, Renewed: m.renewed, Seen: m.at,
+			Live:  m.confirmed && now.Sub(m.at) < r.cfg.RenewDeadline,
+			Share: share[id], Held: b.held[id],
+		}
+		st.Members = append(st.Members, ms)
+		rep := make(map[int]heldShard)
+		for _, h := range parseReport(m.report, r.shards) {
+			rep[h.shard] = h
+		}
+		reports[id] = rep
+	}
+	slices.SortFunc(st.Members, func(a, b MemberStatus) int {
+		switch {
+		case a.Identity < b.Identity:
+			return -1
+		case a.Identity > b.Identity:
+			return 1
+		}
+		return 0
+	})
+	live := make(map[string]bool, len(st.Members))
+	for _, m := range st.Members {
+		live[m.Identity] = m.Live
+	}
+	local := make(map[int]heldShard)
+	for _, h := range r.obs.heldNow() {
+		local[h.shard] = h
+	}
+	warm := r.warmShards(now)
+	for i, s := range v.shards {
+		rg := Range(r.field, r.shards, i)
+		ss := ShardStatus{
+			Shard: i, Range: "[" + rg.Start + ", " + rg.End + ")",
+			Selector: Selector(r.field, r.shards, []int{i}).String(),
+			Holder:   s.holder, HolderSession: s.session, Since: s.acquired,
+			Held: holds(&v, s),
+		}
+		if ss.Held {
+			ss.HolderLive = live[s.holder]
+			ss.HolderSessionStart = v.members[s.holder].started
+			if s.holder == r.cfg.Identity {
+				if h, ok := local[i]; ok {
+					ss.State, ss.Objects, ss.ReportedAt = h.state, h.objects, now
+				}
+			} else if h, ok := reports[s.holder][i]; ok {
+				ss.State, ss.Objects, ss.ReportedAt = h.state, h.objects, v.members[s.holder].renewed
+			}
+		}
+		ss.Synced = ss.State == stateAdmitted || ss.State == stateDraining
+		ss.Admitted = ss.State == stateAdmitted
+		if h, ok := local[i]; ok {
+			ss.Local = h.state
+		} else if warm[i] {
+			ss.Local = stateWarm
+		}
+		st.Shards = append(st.Shards, ss)
+	}
+	return st
+}
+
+// warmShards returns the shards kept warm at now (keepWarm, decide.go).
+func (r *Replica) warmShards(now time.Time) map[int]bool {
+	out := make(map[int]bool)
+	held := r.runs.held()
+	for s, at := range r.runs.lapsedAt() {
+		if at.IsZero() || slices.Contains(held, s) {
+			continue
+		}
+		if ok, _ := keepWarm(r.ring.shard(s), r.cfg.Identity, at, now, 2*r.cfg.LeaseDuration); ok {
+			out[s] = true
+		}
+	}
+	return out
+}
+
+// ShardOfKey returns the shard of key as this replica can tell it: from
+// its object in the primary informer's store, or from the delete event
+// the replica saw for it, or, sharding by namespace, from the key itself.
+// Sharding by UID, a key whose object is not in this replica's cache has
+// no shard it can tell (its holder's cache has it): it returns false.
+func (r *Replica) ShardOfKey(key string) (int, bool) {
+	if s, ok := r.shardOfKey(key); ok {
+		return s, true
+	}
+	return r.runs.goneShard(key)
+}
+
+// goneShard returns the shard a deleted key had at its delete event, if
+// the ledger still remembers it (until its run succeeds, or the shard is
+// given up). It is the ledger's; it lives here as only Status needs it.
+func (b *ledger) goneShard(key string) (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.gone[key]
+	return s, ok
+}
