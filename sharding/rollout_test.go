@@ -128,6 +128,19 @@ func TestRollout(t *testing.T) {
 					if limit := 2 * sz.shards; st.bounded() && (res.moves > limit || res.acquisitions > limit) {
 						t.Errorf("a rolling update of %d replicas moved %d shards (%d acquisitions), limit 2·S = %d", sz.replicas, res.moves, res.acquisitions, limit)
 					}
+					// A container back within LeaseDuration gets its own
+					// shards back: listed by the new process, no other
+					// replica takes them.
+					if st.restart > 0 && st.restart < leaseDuration && (res.nameMoves > 0 || res.moves > ceilDiv(sz.shards, sz.replicas)) {
+						t.Errorf("a container restarted after %v: %d shards moved to other replicas, %d re-admitted in all; want none moved, at most its share (%d) re-admitted",
+							st.restart, res.nameMoves, res.moves, ceilDiv(sz.shards, sz.replicas))
+					}
+					// Every new pod first, with minReadySeconds: each shard
+					// moves once, give or take a leaver's shard that goes to
+					// an old pod about to leave.
+					if limit := sz.shards + ceilDiv(sz.shards, sz.replicas); st.surgePct == 100 && st.minReady > 0 && (res.moves > limit || res.acquisitions > limit) {
+						t.Errorf("all new pods first moved %d shards (%d acquisitions), limit S + ⌈S/N⌉ = %d", res.moves, res.acquisitions, limit)
+					}
 					t.Logf("FIGURES rollout N=%d S=%d %s: %d moves (%.2f·S; %d between pod names), %d acquisitions; gap per move p50 %v max %v; rollout took %v, at most %d pods",
 						sz.replicas, sz.shards, st.name, res.moves, float64(res.moves)/float64(sz.shards), res.nameMoves, res.acquisitions,
 						p50.Round(10*time.Millisecond), worst.Round(10*time.Millisecond), res.took.Round(100*time.Millisecond), res.peakPods)
