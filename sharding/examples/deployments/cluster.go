@@ -33,7 +33,7 @@ type clusterOptions struct {
 	identity  string // this replica's name in the ring
 	ring      string // the ring's name, the same on every replica
 	shards    int
-	listen    string // address of /metrics and /readyz; empty: none
+	listen    string // address of /metrics, /readyz and /healthz; empty: none
 }
 
 // runCluster runs one replica of the Deployment "controller" against the
@@ -244,11 +244,16 @@ func (g *gauges) write(w io.Writer) {
 	}
 }
 
-// handler serves /metrics and /readyz (Replica.Ready: not ready before the
+// handler serves /metrics, /debug/ring (the ring page), /readyz (Replica.Ready: not ready before the
 // replica has joined, after its session lapsed, and while the API server
-// refuses it a request it needs).
+// refuses it a request it needs) and /healthz (ok while the process
+// serves: a lapse or a refused request is readiness's to report, and
+// restarting the container would only make it list its shards again).
 func (g *gauges) handler(r *sharding.Replica, q *workqueue.RateLimitingQueue[string]) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		g.write(w)

@@ -23,7 +23,7 @@
 // With -cluster it runs instead one replica against a real cluster, with
 // the default timings: it caches the Deployments of -namespace whose
 // shards it holds and logs each one it "reconciles" (it writes nothing),
-// and serves /metrics and /readyz on -listen. deploy/ holds the manifests
+// and serves /metrics, /readyz and /healthz on -listen. deploy/ holds the manifests
 // of three such replicas and their least-privilege RBAC (see "Deploy" in
 // sharding/README.md). There the API server decides who filters:
 // -client-filter does not apply, and the replica logs which it found.
@@ -86,7 +86,7 @@ func main() {
 	flag.StringVar(&o.identity, "identity", os.Getenv("POD_NAME"), "with -cluster: this replica's name in the ring, unique among live replicas (default $POD_NAME)")
 	flag.StringVar(&o.ring, "ring", "deployments", "with -cluster: the ring's name, the same on every replica")
 	flag.IntVar(&o.shards, "shards", shards, "with -cluster: shards of the ring (a power of two, the same on every replica)")
-	flag.StringVar(&o.listen, "listen", "", "with -cluster: address to serve /metrics and /readyz on (empty: none)")
+	flag.StringVar(&o.listen, "listen", "", "with -cluster: address to serve /metrics, /readyz and /healthz on (empty: none)")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if *cluster {
