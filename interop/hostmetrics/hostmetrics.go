@@ -170,6 +170,16 @@ var (
 	_ workqueue.PriorityMetricsProvider = (*Provider)(nil)
 )
 
+// Must returns p, and panics if err is not nil: a subpackage's Provider
+// panics where its families are not as expected, as every scrape would
+// otherwise miss the queues' series silently.
+func Must(p *Provider, err error) *Provider {
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
 // New returns a Provider for h. It takes the host's three gauge collectors
 // and its Events off h.Registerer and registers in their place one
 // collector that reports the host's counters and histograms as they are,

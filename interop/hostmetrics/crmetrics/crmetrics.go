@@ -38,8 +38,6 @@
 package crmetrics
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/go-coalesce/workqueue/interop/hostmetrics"
@@ -52,11 +50,9 @@ import (
 	_ "sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 )
 
-var (
-	once     sync.Once
-	provider *hostmetrics.Provider
-	errSetup error
-)
+// newProvider finds the families on the first call and returns what it
+// found to every call.
+var newProvider = sync.OnceValues(func() (*hostmetrics.Provider, error) { return setup(metrics.Registry) })
 
 // Provider returns the process's Provider for controller-runtime's
 // metrics.Registry; every call returns the same one. It panics if
@@ -65,11 +61,7 @@ var (
 // whose metrics differ, or a metrics.Registry replaced after init, and
 // every scrape would otherwise miss the queue's series silently.
 func Provider() *hostmetrics.Provider {
-	p, err := NewProvider()
-	if err != nil {
-		panic(err)
-	}
-	return p
+	return hostmetrics.Must(NewProvider())
 }
 
 // NewProvider is Provider that returns an error instead of panicking. It
@@ -79,8 +71,7 @@ func Provider() *hostmetrics.Provider {
 // AlreadyRegisteredError); the same error and Provider are returned by
 // every later call.
 func NewProvider() (*hostmetrics.Provider, error) {
-	once.Do(func() { provider, errSetup = setup(metrics.Registry) })
-	return provider, errSetup
+	return newProvider()
 }
 
 // The help strings are part of a family's identity on a registry: they must
@@ -95,59 +86,37 @@ const (
 	helpRetries    = "Total number of items added to the workqueue with a non-zero delay (rate-limited requeues, explicit RequeueAfter or AddAfter calls)"
 )
 
+// families are controller-runtime's vector types.
+type families = hostmetrics.Families[*prometheus.CounterVec, *prometheus.HistogramVec, *prometheus.GaugeVec,
+	prometheus.Counter, prometheus.Observer, prometheus.Gauge]
+
 func setup(reg prometheus.Registerer) (*hostmetrics.Provider, error) {
 	labels := []string{"name", "controller"}
-	depth, err1 := existing[*prometheus.GaugeVec](reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_depth", Help: helpDepth}, []string{"name", "controller", "priority"}))
-	adds, err2 := existing[*prometheus.CounterVec](reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workqueue_adds_total", Help: helpAdds}, labels))
-	latency, err3 := existing[*prometheus.HistogramVec](reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "workqueue_queue_duration_seconds", Help: helpLatency}, labels))
-	work, err4 := existing[*prometheus.HistogramVec](reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "workqueue_work_duration_seconds", Help: helpWork}, labels))
-	unfinished, err5 := existing[*prometheus.GaugeVec](reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_unfinished_work_seconds", Help: helpUnfinished}, labels))
-	longest, err6 := existing[*prometheus.GaugeVec](reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_longest_running_processor_seconds", Help: helpLongest}, labels))
-	retries, err7 := existing[*prometheus.CounterVec](reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workqueue_retries_total", Help: helpRetries}, labels))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	histogram := func(name, help string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help}, labels)
+	}
+	f, err := hostmetrics.Find(hostmetrics.Registry{
+		Register:   reg.Register,
+		Unregister: reg.Unregister,
+		Whose:      "crmetrics: controller-runtime's",
+		Missing:    "is not registered on metrics.Registry",
+	}, families{
+		Depth:        gauge("workqueue_depth", helpDepth, "name", "controller", "priority"),
+		Adds:         counter("workqueue_adds_total", helpAdds),
+		Latency:      histogram("workqueue_queue_duration_seconds", helpLatency),
+		WorkDuration: histogram("workqueue_work_duration_seconds", helpWork),
+		Unfinished:   gauge("workqueue_unfinished_work_seconds", helpUnfinished, labels...),
+		Longest:      gauge("workqueue_longest_running_processor_seconds", helpLongest, labels...),
+		Retries:      counter("workqueue_retries_total", helpRetries),
+	})
+	if err != nil {
 		return nil, err
 	}
-	touch := func(v *prometheus.GaugeVec) func(...string) {
-		return func(lvs ...string) { v.WithLabelValues(lvs...) }
-	}
-	return hostmetrics.New(hostmetrics.Host{
-		Registerer:   reg,
-		Labels:       func(name string) []string { return []string{name, name} },
-		Priority:     true,
-		Adds:         func(lvs ...string) hostmetrics.Counter { return adds.WithLabelValues(lvs...) },
-		Retries:      func(lvs ...string) hostmetrics.Counter { return retries.WithLabelValues(lvs...) },
-		Latency:      func(lvs ...string) hostmetrics.Observer { return latency.WithLabelValues(lvs...) },
-		WorkDuration: func(lvs ...string) hostmetrics.Observer { return work.WithLabelValues(lvs...) },
-		Depth:        hostmetrics.GaugeFamily{Collector: depth, Touch: touch(depth)},
-		Unfinished:   hostmetrics.GaugeFamily{Collector: unfinished, Touch: touch(unfinished)},
-		Longest:      hostmetrics.GaugeFamily{Collector: longest, Touch: touch(longest)},
-		Events:       []prometheus.Collector{adds, retries, latency, work},
-	})
-}
-
-// existing returns the collector registered on reg that has the same
-// descriptors as probe. If none is, probe is taken off again (it must not
-// stay in the host's place) and existing fails.
-func existing[C prometheus.Collector](reg prometheus.Registerer, probe C) (C, error) {
-	var zero C
-	err := reg.Register(probe)
-	if err == nil {
-		reg.Unregister(probe)
-		return zero, fmt.Errorf("crmetrics: controller-runtime's %s is not registered on metrics.Registry", name(probe))
-	}
-	var are prometheus.AlreadyRegisteredError
-	if !errors.As(err, &are) {
-		return zero, fmt.Errorf("crmetrics: controller-runtime's %s differs from what this package expects: %w", name(probe), err)
-	}
-	c, ok := are.ExistingCollector.(C)
-	if !ok {
-		return zero, fmt.Errorf("crmetrics: controller-runtime's %s is a %T, not a %T", name(probe), are.ExistingCollector, zero)
-	}
-	return c, nil
-}
-
-func name(c prometheus.Collector) string {
-	ch := make(chan *prometheus.Desc, 1)
-	c.Describe(ch)
-	return (<-ch).String()
+	return hostmetrics.New(f.Host(reg, func(name string) []string { return []string{name, name} }, true))
 }

@@ -32,8 +32,6 @@
 package kubemetrics
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/go-coalesce/workqueue/interop/hostmetrics"
@@ -47,21 +45,15 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/workqueue"
 )
 
-var (
-	once     sync.Once
-	provider *hostmetrics.Provider
-	errSetup error
-)
+// newProvider finds the families on the first call and returns what it
+// found to every call.
+var newProvider = sync.OnceValues(setup)
 
 // Provider returns the process's Provider for the legacy registry; every
 // call returns the same one. It panics if component-base's workqueue
 // families cannot be found there (NewProvider says why).
 func Provider() *hostmetrics.Provider {
-	p, err := NewProvider()
-	if err != nil {
-		panic(err)
-	}
-	return p
+	return hostmetrics.Must(NewProvider())
 }
 
 // NewProvider is Provider that returns an error instead of panicking.
@@ -78,8 +70,7 @@ func Provider() *hostmetrics.Provider {
 // first), or when component-base's families differ from what this package
 // expects.
 func NewProvider() (*hostmetrics.Provider, error) {
-	once.Do(func() { provider, errSetup = setup() })
-	return provider, errSetup
+	return newProvider()
 }
 
 // probeName names the client-go queue that NewProvider makes to have
@@ -104,66 +95,42 @@ func setup() (*hostmetrics.Provider, error) {
 		return k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{Subsystem: "workqueue", Name: name, StabilityLevel: k8smetrics.BETA, Help: help,
 			Buckets: k8smetrics.ExponentialBuckets(10e-9, 10, 10)}, labels)
 	}
-	depth, err1 := existing(gauge("depth", "Current depth of workqueue"))
-	adds, err2 := existing(counter("adds_total", "Total number of adds handled by workqueue"))
-	latency, err3 := existing(histogram("queue_duration_seconds", "How long in seconds an item stays in workqueue before being requested."))
-	work, err4 := existing(histogram("work_duration_seconds", "How long in seconds processing an item from workqueue takes."))
-	unfinished, err5 := existing(gauge("unfinished_work_seconds", "How many seconds of work has done that "+
-		"is in progress and hasn't been observed by work_duration. Large "+
-		"values indicate stuck threads. One can deduce the number of stuck "+
-		"threads by observing the rate at which this increases."))
-	longest, err6 := existing(gauge("longest_running_processor_seconds", "How many seconds has the longest running "+
-		"processor for workqueue been running."))
-	retries, err7 := existing(counter("retries_total", "Total number of retries handled by workqueue"))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
+	f, err := hostmetrics.Find(hostmetrics.Registry{
+		Register:   func(c prometheus.Collector) error { return legacyregistry.Register(c.(k8smetrics.Registerable)) },
+		Unregister: legacyregistry.Registerer().Unregister,
+		Name:       func(c prometheus.Collector) string { return c.(k8smetrics.Registerable).FQName() },
+		Whose:      "kubemetrics: component-base's",
+		Missing:    "is not in the legacy registry: is client-go's global workqueue provider another one?",
+	}, families{
+		Depth:        gauge("depth", "Current depth of workqueue"),
+		Adds:         counter("adds_total", "Total number of adds handled by workqueue"),
+		Latency:      histogram("queue_duration_seconds", "How long in seconds an item stays in workqueue before being requested."),
+		WorkDuration: histogram("work_duration_seconds", "How long in seconds processing an item from workqueue takes."),
+		Unfinished: gauge("unfinished_work_seconds", "How many seconds of work has done that "+
+			"is in progress and hasn't been observed by work_duration. Large "+
+			"values indicate stuck threads. One can deduce the number of stuck "+
+			"threads by observing the rate at which this increases."),
+		Longest: gauge("longest_running_processor_seconds", "How many seconds has the longest running "+
+			"processor for workqueue been running."),
+		Retries: counter("retries_total", "Total number of retries handled by workqueue"),
+	})
+	if err != nil {
 		return nil, err
 	}
 
 	// Take away the probe queue's series (retries has none: only delaying
 	// queues make it).
 	probe := map[string]string{"name": probeName}
-	depth.Delete(probe)
-	adds.Delete(probe)
-	latency.Delete(probe)
-	work.Delete(probe)
-	unfinished.Delete(probe)
-	longest.Delete(probe)
+	f.Depth.Delete(probe)
+	f.Adds.Delete(probe)
+	f.Latency.Delete(probe)
+	f.WorkDuration.Delete(probe)
+	f.Unfinished.Delete(probe)
+	f.Longest.Delete(probe)
 
-	touch := func(v *k8smetrics.GaugeVec) func(...string) {
-		return func(lvs ...string) { v.WithLabelValues(lvs...) }
-	}
-	return hostmetrics.New(hostmetrics.Host{
-		Registerer:   legacyregistry.Registerer(),
-		Labels:       func(name string) []string { return []string{name} },
-		Adds:         func(lvs ...string) hostmetrics.Counter { return adds.WithLabelValues(lvs...) },
-		Retries:      func(lvs ...string) hostmetrics.Counter { return retries.WithLabelValues(lvs...) },
-		Latency:      func(lvs ...string) hostmetrics.Observer { return latency.WithLabelValues(lvs...) },
-		WorkDuration: func(lvs ...string) hostmetrics.Observer { return work.WithLabelValues(lvs...) },
-		Depth:        hostmetrics.GaugeFamily{Collector: depth, Touch: touch(depth)},
-		Unfinished:   hostmetrics.GaugeFamily{Collector: unfinished, Touch: touch(unfinished)},
-		Longest:      hostmetrics.GaugeFamily{Collector: longest, Touch: touch(longest)},
-		Events:       []prometheus.Collector{adds, retries, latency, work},
-	})
+	return hostmetrics.New(f.Host(legacyregistry.Registerer(), func(name string) []string { return []string{name} }, false))
 }
 
-// existing returns the collector registered in the legacy registry that has
-// the same descriptors as probe. If none is, probe is taken off again (it
-// must not stay where component-base will register its own) and existing
-// fails.
-func existing[C k8smetrics.Registerable](probe C) (C, error) {
-	var zero C
-	err := legacyregistry.Register(probe)
-	if err == nil {
-		legacyregistry.Registerer().Unregister(probe)
-		return zero, fmt.Errorf("kubemetrics: component-base's %s is not in the legacy registry: is client-go's global workqueue provider another one?", probe.FQName())
-	}
-	var are prometheus.AlreadyRegisteredError
-	if !errors.As(err, &are) {
-		return zero, fmt.Errorf("kubemetrics: component-base's %s differs from what this package expects: %w", probe.FQName(), err)
-	}
-	c, ok := are.ExistingCollector.(C)
-	if !ok {
-		return zero, fmt.Errorf("kubemetrics: component-base's %s is a %T, not a %T", probe.FQName(), are.ExistingCollector, zero)
-	}
-	return c, nil
-}
+// families are component-base's vector types.
+type families = hostmetrics.Families[*k8smetrics.CounterVec, *k8smetrics.HistogramVec, *k8smetrics.GaugeVec,
+	k8smetrics.CounterMetric, k8smetrics.ObserverMetric, k8smetrics.GaugeMetric]

@@ -7,19 +7,16 @@
 package controller
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-coalesce/workqueue/interop/upstream/internal/upstreamtest"
 	"go.uber.org/goleak"
 )
 
@@ -94,61 +91,39 @@ func TestUpstreamControllerSuite(t *testing.T) {
 // Both runs use the one directory, so controller-runtime's packages (which
 // the build cache keys by directory) compile once per test, not per run.
 type harness struct {
-	goBin   string
-	modRoot string // interop, where go test runs
+	g       *upstreamtest.Go
 	modFile string // the copy of interop/go.mod with the replace
 	pkgDir  string // the real pkg/internal/controller in the copy
 	test    []byte // upstream controller_test.go, as it is
 }
 
 func newHarness(t *testing.T) *harness {
-	h := &harness{goBin: goTool(t)}
-	var err error
-	if h.modRoot, err = filepath.Abs("../.."); err != nil {
-		t.Fatalf("controller: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(h.modRoot, "go.mod")); err != nil {
-		t.Fatalf("controller: interop module root not found: %v", err)
-	}
-	src := strings.TrimSpace(h.goCmd(t, "list", "-m", "-f", "{{.Dir}}", crModule))
-	if src == "" {
-		t.Fatalf("controller: no module directory for %s", crModule)
-	}
+	h := &harness{g: upstreamtest.NewGo(t, 2)}
+	src := h.g.ModuleDir(t, crModule)
 
 	tmp := t.TempDir()
 	mod := filepath.Join(tmp, "controller-runtime")
 	rel := filepath.Join("pkg", "internal", "controller")
-	mirror(t, src, mod, strings.Split(rel, string(filepath.Separator)))
+	upstreamtest.Mirror(t, src, mod, strings.Split(rel, string(filepath.Separator)))
 	h.pkgDir = filepath.Join(mod, rel)
 	upstreamDir := filepath.Join(src, rel)
 
 	// The package's own files, copied: the build must see them in the
 	// replaced module's directory. controller.go and metrics/ as they are.
-	copyFile(t, filepath.Join(upstreamDir, "controller.go"), filepath.Join(h.pkgDir, "controller.go"))
+	upstreamtest.CopyFile(t, filepath.Join(upstreamDir, "controller.go"), filepath.Join(h.pkgDir, "controller.go"))
 	if err := os.Symlink(filepath.Join(upstreamDir, "metrics"), filepath.Join(h.pkgDir, "metrics")); err != nil {
 		t.Fatalf("controller: %v", err)
 	}
-	if h.test, err = os.ReadFile(filepath.Join(upstreamDir, "controller_test.go")); err != nil {
-		t.Fatalf("controller: %v", err)
-	}
-	suite, err := os.ReadFile(filepath.Join(upstreamDir, "controller_suite_test.go"))
-	if err != nil {
-		t.Fatalf("controller: %v", err)
-	}
-	writeFile(t, filepath.Join(h.pkgDir, "controller_suite_test.go"), suiteFile(t, suite))
+	h.test = upstreamtest.ReadFile(t, filepath.Join(upstreamDir, "controller_test.go"))
+	suite := upstreamtest.ReadFile(t, filepath.Join(upstreamDir, "controller_suite_test.go"))
+	upstreamtest.WriteFile(t, filepath.Join(h.pkgDir, "controller_suite_test.go"), suiteFile(t, suite))
 
-	goMod, err := os.ReadFile(filepath.Join(h.modRoot, "go.mod"))
-	if err != nil {
-		t.Fatalf("controller: %v", err)
-	}
-	goSum, err := os.ReadFile(filepath.Join(h.modRoot, "go.sum"))
-	if err != nil {
-		t.Fatalf("controller: %v", err)
-	}
+	goMod := upstreamtest.ReadFile(t, filepath.Join(h.g.ModRoot, "go.mod"))
 	h.modFile = filepath.Join(tmp, "go.mod")
 	goMod = fmt.Appendf(goMod, "\nreplace %s => %s\n", crModule, mod)
-	writeFile(t, h.modFile, goMod)
-	writeFile(t, filepath.Join(tmp, "go.sum"), goSum) // -modfile reads the .sum beside it
+	upstreamtest.WriteFile(t, h.modFile, goMod)
+	// -modfile reads the .sum beside it.
+	upstreamtest.CopyFile(t, filepath.Join(h.g.ModRoot, "go.sum"), filepath.Join(tmp, "go.sum"))
 	return h
 }
 
@@ -159,35 +134,16 @@ func newHarness(t *testing.T) *harness {
 // client-go alias's (backed by the core). client-go's interfaces stay
 // client-go's: controller.go's signatures name them.
 func (h *harness) oursTest(t *testing.T) []byte {
-	s := string(h.test)
-	for _, r := range []struct {
-		old, new string
-		n        int // occurrences upstream; another number means the file changed
-	}{
-		{
-			`"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"`,
-			`"github.com/go-coalesce/workqueue/interop/upstream/controllerruntime/priorityqueue"` + "\n\t" +
+	return upstreamtest.Apply(t, "controller_test.go", h.test,
+		upstreamtest.Edit{
+			Old: `"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"`,
+			New: `"github.com/go-coalesce/workqueue/interop/upstream/controllerruntime/priorityqueue"` + "\n\t" +
 				`ourworkqueue "github.com/go-coalesce/workqueue/interop/upstream/clientgo/workqueue"`,
-			1,
+			N: 1,
 		},
-		{`workqueue.NewTyped[`, `ourworkqueue.NewTyped[`, 3},
-	} {
-		if n := strings.Count(s, r.old); n != r.n {
-			t.Fatalf("controller: upstream controller_test.go has %d of %q, want %d: redo the rewrite", n, r.old, r.n)
-		}
-		s = strings.ReplaceAll(s, r.old, r.new)
-	}
-	return []byte(s)
+		upstreamtest.Edit{Old: `workqueue.NewTyped[`, New: `ourworkqueue.NewTyped[`, N: 3},
+	)
 }
-
-// counts is Ginkgo's summary of one run. Flaked counts specs that
-// passed on their second attempt (see flakeAttempts); they are among
-// Passed.
-type counts struct {
-	Ran, Total, Passed, Failed, Flaked, Pending, Skipped int
-}
-
-var summaryRE = regexp.MustCompile(`Ran (\d+) of (\d+) Specs in [0-9.]+ seconds\n(?:SUCCESS|FAIL)! -- (\d+) Passed \| (\d+) Failed \| (?:(\d+) Flaked \| )?(\d+) Pending \| (\d+) Skipped`)
 
 // flakeAttempts lets Ginkgo run a failed spec once more. Several upstream
 // specs hang on timing (a 1 ms cache sync timeout, 1 s Eventually
@@ -201,29 +157,24 @@ const flakeAttempts = 2
 // run writes test as controller_test.go and runs the package's tests, and
 // requires them to pass with every spec but the skipped ones and upstream's
 // pending ones passed.
-func (h *harness) run(t *testing.T, backend string, test []byte) counts {
-	writeFile(t, filepath.Join(h.pkgDir, "controller_test.go"), test)
+func (h *harness) run(t *testing.T, backend string, test []byte) upstreamtest.Ginkgo {
+	upstreamtest.WriteFile(t, filepath.Join(h.pkgDir, "controller_test.go"), test)
 	start := time.Now()
-	out, err := h.goTest(t, "test", "-race", "-count=1", "-v", "-modfile="+h.modFile, upstreamPkg,
+	out, err := h.g.Run(t, "test", "-race", "-count=1", "-v", "-modfile="+h.modFile, upstreamPkg,
 		"-args", "-ginkgo.no-color", "-ginkgo.flake-attempts="+strconv.Itoa(flakeAttempts))
-	m := summaryRE.FindSubmatch(out)
-	if err != nil || m == nil {
-		t.Fatalf("controller: %s: upstream controller suite failed (%v); output ends:\n%s", backend, err, tail(out, 60))
+	c, ok := upstreamtest.ParseGinkgo(out)
+	if err != nil || !ok {
+		t.Fatalf("controller: %s: upstream controller suite failed (%v); output ends:\n%s", backend, err, upstreamtest.Tail(out, 60))
 	}
-	var n [7]int
-	for i := range n {
-		n[i], _ = strconv.Atoi(string(m[i+1])) // an absent Flaked is 0
-	}
-	c := counts{Ran: n[0], Total: n[1], Passed: n[2], Failed: n[3], Flaked: n[4], Pending: n[5], Skipped: n[6]}
 	t.Logf("%s: %d passed (%d on a second attempt), %d failed, %d pending, %d skipped of %d specs, in %v",
 		backend, c.Passed, c.Flaked, c.Failed, c.Pending, c.Skipped, c.Total, time.Since(start).Round(time.Second))
 	if c.Flaked > 0 {
-		t.Logf("%s: output ends:\n%s", backend, tail(out, 60))
+		t.Logf("%s: output ends:\n%s", backend, upstreamtest.Tail(out, 60))
 	}
 	if c.Failed != 0 || c.Skipped != len(skippedSpecs) || c.Passed == 0 ||
 		c.Passed+c.Failed+c.Pending+c.Skipped != c.Total {
 		t.Errorf("controller: %s: want every spec but %d skipped and upstream's pending passed, got %+v; output ends:\n%s",
-			backend, len(skippedSpecs), c, tail(out, 60))
+			backend, len(skippedSpecs), c, upstreamtest.Tail(out, 60))
 	}
 	return c
 }
@@ -259,99 +210,4 @@ func suiteFile(t *testing.T, upstream []byte) []byte {
 	b.WriteString("\tif why, ok := skippedSpecs[CurrentSpecReport().FullText()]; ok {\n")
 	b.WriteString("\t\tSkip(why)\n\t}\n})\n")
 	return []byte(b.String())
-}
-
-// mirror makes dst a copy of the directory src made of symbolic links,
-// except along path (relative folder names), where it makes real folders,
-// whose other entries are links too; the last folder of path is left empty.
-func mirror(t *testing.T, src, dst string, path []string) {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatalf("controller: %v", err)
-	}
-	if len(path) == 0 {
-		return
-	}
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatalf("controller: %v", err)
-	}
-	for _, e := range entries {
-		switch e.Name() {
-		case path[0]:
-			mirror(t, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), path[1:])
-		case "go.mod":
-			// The replacement's go.mod, copied like the package's files.
-			copyFile(t, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()))
-		default:
-			if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
-				t.Fatalf("controller: %v", err)
-			}
-		}
-	}
-}
-
-// goTool is the go command of the toolchain running the test.
-func goTool(t *testing.T) string {
-	if root := os.Getenv("GOROOT"); root != "" {
-		if p := filepath.Join(root, "bin", "go"); fileExists(p) {
-			return p
-		}
-	}
-	p, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("controller: no go command: %v", err)
-	}
-	return p
-}
-
-func (h *harness) goCmd(t *testing.T, args ...string) string {
-	out, err := h.goTest(t, args...)
-	if err != nil {
-		t.Fatalf("controller: go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// goTest runs the go command in the interop module, stopping it a minute
-// before the test's own deadline so that its output is reported.
-func (h *harness) goTest(t *testing.T, args ...string) ([]byte, error) {
-	ctx := context.Background()
-	if d, ok := t.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-time.Minute))
-		defer cancel()
-	}
-	cmd := exec.CommandContext(ctx, h.goBin, args...)
-	cmd.Dir = h.modRoot
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.Bytes(), err
-}
-
-func tail(b []byte, lines int) string {
-	s := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(s) > lines {
-		s = s[len(s)-lines:]
-	}
-	return strings.Join(s, "\n")
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
-func copyFile(t *testing.T, src, dst string) {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatalf("controller: %v", err)
-	}
-	writeFile(t, dst, b)
-}
-
-func writeFile(t *testing.T, name string, b []byte) {
-	if err := os.WriteFile(name, b, 0o644); err != nil {
-		t.Fatalf("controller: %v", err)
-	}
 }

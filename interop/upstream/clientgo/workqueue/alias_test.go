@@ -1,4 +1,4 @@
-//go:build !clientgo
+//go:build upstream && !clientgo
 
 package workqueue
 

@@ -2,17 +2,16 @@
 // github.com/go-coalesce/workqueue (the core). It is not for use in
 // programs: import the core.
 //
-// The test files of this folder are client-go's (k8s.io/client-go
-// v0.37.2, util/workqueue), with their license headers and with the edits
-// listed in ../README.md. They call client-go's names (New, NewTyped,
-// NewDelayingQueueWithConfig, NewItemExponentialFailureRateLimiter, ...);
-// this package declares those names. By default (alias.go) each one is
-// backed by the core, so the tests exercise our queue and limiters; built
-// with the tag clientgo (alias_clientgo.go) each one forwards to client-go
-// itself, so the same files give client-go's own results to compare with:
-//
-//	go test -race ./upstream/clientgo/...               # ours
-//	go test -race -tags clientgo ./upstream/clientgo/... # client-go's
+// client-go's util/workqueue tests are not in the repository:
+// ../../suites_test.go adds them, from the module cache and with its edits,
+// to this package at test time (go test -overlay), with harness_test.go.
+// They call client-go's names (New, NewTyped, NewDelayingQueueWithConfig,
+// NewItemExponentialFailureRateLimiter, ...); this package declares those
+// names. By default (alias.go) each one is backed by the core, so the
+// tests exercise our queue and limiters; built with the tag clientgo
+// (alias_clientgo.go) each one forwards to client-go itself, so the same
+// files give client-go's own results to compare with. ../README.md says
+// how to run them.
 //
 // Time: client-go's tests inject a fake clock (k8s.io/utils/clock/testing).
 // The core has no clock to inject: it reads time.Now and its timers

@@ -1,11 +1,16 @@
+//go:build upstream
+
 package workqueue
 
-// The harness around client-go's test files (ours, not client-go's): the
-// synctest bubble and clock for the delaying tests, and a black-box
-// stand-in for the one queue test that cannot be copied. It runs the same
-// way over both variants of the package (alias.go, alias_clientgo.go).
+// The harness around client-go's test files, which ../../suites_test.go
+// adds to this package at test time (built with the tag upstream, only
+// then): the synctest bubble and clock for the delaying tests, the two
+// waits those tests call, and a black-box stand-in for the one queue test
+// that cannot run outside client-go. It runs the same way over both
+// variants of the package (alias.go, alias_clientgo.go).
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -21,12 +26,35 @@ func TestMain(m *testing.M) {
 }
 
 // client-go's delaying tests, each run in a synctest bubble (doc.go says
-// why). Their bodies are in delaying_queue_test.go, renamed from TestX to
-// testX.
+// why). Their bodies are upstream's delaying_queue_test.go, where
+// ../../suites_test.go renames each TestX to testX.
 func TestSimpleQueue(t *testing.T)     { synctest.Test(t, testSimpleQueue) }
 func TestDeduping(t *testing.T)        { synctest.Test(t, testDeduping) }
 func TestAddTwoFireEarly(t *testing.T) { synctest.Test(t, testAddTwoFireEarly) }
 func TestCopyShifting(t *testing.T)    { synctest.Test(t, testCopyShifting) }
+
+// waitForAdded and waitForWaitingQueueToFill stand for client-go's
+// helpers of those names, which ../../suites_test.go drops from
+// delaying_queue_test.go. Upstream's polled, every 1 ms for up to 10 s,
+// the queue's Len and the length of client-go's unexported
+// delayingType.waitingForAddCh. In a bubble, polling sleeps, and sleeping
+// moves the clock the test steps, so a queue that fired late, or a Step
+// that moved no time, would still pass: the time to fire would come from
+// the polls. What both waited for (the waiting loop has taken every
+// AddAfter and acted on what fell due) is what synctest.Wait waits for:
+// every goroutine of the bubble blocked. Then one look at Len.
+func waitForAdded(q DelayingInterface, depth int) error {
+	synctest.Wait()
+	if n := q.Len(); n != depth {
+		return fmt.Errorf("workqueue: Len() = %d, want %d", n, depth)
+	}
+	return nil
+}
+
+func waitForWaitingQueueToFill(DelayingInterface) error {
+	synctest.Wait()
+	return nil
+}
 
 // bubbleClock stands where client-go's tests put a fake clock
 // (k8s.io/utils/clock/testing.FakeClock). It is clock.RealClock, so it
@@ -80,7 +108,7 @@ func (c *bubbleClock) Step(d time.Duration) {
 // TestRateLimitingQueueDelays checks, through the public API, what
 // client-go's TestRateLimitingQueue checks through its internals (that test
 // builds client-go's unexported delayingType and reads its channel, so it
-// compiles only inside client-go, and is not copied): AddRateLimited
+// compiles only inside client-go, and is not run here): AddRateLimited
 // delays a key by the limiter's When for it, 1 ms then 2 ms per key;
 // NumRequeues counts the requeues; Forget starts a key over. In the bubble
 // a blocked Get lets time jump to the key's deadline, so the delay is

@@ -1,9 +1,9 @@
 // Package priorityqueue runs controller-runtime's own priority queue tests
-// against crpriority. Its _test.go files, apart from harness_test.go, are
-// controller-runtime v0.25.2's pkg/controller/priorityqueue tests, copied
-// from the Go module cache with their license headers and the few edits
-// that ../README.md lists. Being in package priorityqueue, they name
-// controller-runtime's identifiers unqualified: this file and the
+// against crpriority. The tests are not in the repository: ../../suites_test.go
+// adds controller-runtime's pkg/controller/priorityqueue test files, from
+// the module cache and with its edits, to this package at test time (go
+// test -overlay), with harness_test.go. Being in package priorityqueue,
+// they name controller-runtime's identifiers unqualified: this file and the
 // backend files give them those names, backed by crpriority (the default)
 // or, built with -tags crupstream, by controller-runtime's own queue in the
 // same wrapper, so that both are measured by the same harness.

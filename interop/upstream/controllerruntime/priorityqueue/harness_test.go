@@ -1,65 +1,47 @@
+//go:build upstream
+
 package priorityqueue
 
-// This file is ours, not upstream's: it skips, with the reason, the
-// upstream specs and tests whose failure on crpriority is a difference
-// listed in interop/README.md, so that `go test ./...` stays green while
-// every other upstream check runs. UPSTREAM_NOSKIP=1 runs them all, to count
-// passes and failures (interop/upstream/controllerruntime/README.md).
+// The harness around controller-runtime's test files, which
+// ../../suites_test.go adds to this package at test time (built with the
+// tag upstream, only then). It skips the Ginkgo specs that the suite test
+// names in $UPSTREAM_SKIP_SPECS (a JSON object of leaf texts and reasons:
+// the specs whose failure on crpriority is a difference listed in
+// interop/README.md), so that every other upstream check runs; the suite
+// test keeps the list and checks the counts.
 
 import (
-	"flag"
-	"fmt"
+	"encoding/json"
 	"os"
-	"strings"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	"go.uber.org/goleak"
+
+	// The upstream test files import these too. Importing them here keeps
+	// their modules in interop/go.mod: go mod tidy reads the files on
+	// disk, and the upstream ones are added only at test time.
+	_ "github.com/go-logr/logr/funcr"
+	_ "github.com/google/go-cmp/cmp"
+	_ "github.com/google/gofuzz"
+	_ "github.com/onsi/gomega"
+	_ "sigs.k8s.io/randfill"
 )
 
-// skippedSpecs maps an upstream Ginkgo spec's text to the reason it is
-// skipped, for the backend under test.
-var skippedSpecs = map[string]map[string]string{
-	"crpriority": {
-		"returns an item as soon as its unlocked": "a key added again while it is processing goes to the back of its " +
-			"priority at Done in crpriority; controller-runtime orders it by when it was added again " +
-			"(interop/README.md, TestDifferenceReAddOrder in interop/crpriority)",
-	},
-}
-
-// skippedTests maps an upstream Test function to the reason it is skipped,
-// for every backend.
-var skippedTests = map[string]string{
-	"TestItemCloneCopiesAllFields": "tests controller-runtime's internal item.clone, which neither backend " +
-		"uses here (the harness's item type only lets the file compile)",
-	"TestItemCloneDoesNotShareMemoryWithOriginal": "likewise",
-}
+// skippedSpecs maps an upstream spec's leaf text to the reason it is
+// skipped.
+var skippedSpecs map[string]string
 
 var _ = BeforeEach(func() {
-	if os.Getenv("UPSTREAM_NOSKIP") != "" {
-		return
-	}
-	if reason, ok := skippedSpecs[backend][CurrentSpecReport().LeafNodeText]; ok {
+	if reason, ok := skippedSpecs[CurrentSpecReport().LeafNodeText]; ok {
 		Skip(backend + ": " + reason)
 	}
 })
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if os.Getenv("UPSTREAM_NOSKIP") == "" {
-		names := make([]string, 0, len(skippedTests))
-		for name, reason := range skippedTests {
-			names = append(names, name)
-			if testing.Verbose() {
-				fmt.Printf("skipping %s: %s\n", name, reason)
-			}
-		}
-		skip := "^(" + strings.Join(names, "|") + ")$"
-		if s := flag.Lookup("test.skip").Value.String(); s != "" {
-			skip = s + "|" + skip
-		}
-		if err := flag.Set("test.skip", skip); err != nil {
-			panic(err)
+	if s := os.Getenv("UPSTREAM_SKIP_SPECS"); s != "" {
+		if err := json.Unmarshal([]byte(s), &skippedSpecs); err != nil {
+			panic("priorityqueue: UPSTREAM_SKIP_SPECS: " + err.Error())
 		}
 	}
 	opts := []goleak.Option{
