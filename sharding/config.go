@@ -65,7 +65,7 @@ type Config struct {
 	// records S and Field in the ring's Lease ("<Name>-ring"); a replica
 	// configured otherwise refuses to join (Run returns an error that
 	// wraps ErrRingMismatch and names both values). To change S, stop
-	// every replica and delete the ring's Leases first (README).
+	// every replica and delete the ring's Leases first (docs/operate.md).
 	Shards int
 	// Field is the object field that is hashed: FieldUID (the default,
 	// when empty) or FieldNamespace.

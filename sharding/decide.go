@@ -18,7 +18,7 @@ import (
 // Who decides what:
 //
 //   - balanceOf, share, holds, counts: the confirmed members and their
-//     shares (README "Balance", "Confirmed members");
+//     shares (docs/contract.md "Balance", "Confirmed members");
 //   - plan, moves, prefetch, handoffs: the planned moves (make before
 //     break): who takes which shard, which shards the taker fills ahead,
 //     when the holder hands one over, and which free shards to take;

@@ -38,7 +38,8 @@
 //	go r.Run(ctx)                                                         // holds shards, fills the cache, feeds q
 //	return workqueue.Run(ctx, q, 4, r.Handler(syncDeployment))           // runs only owned keys
 //
-// The README gives the contract, the timing assumption and a scaling sheet.
+// docs/contract.md gives the contract and the timing assumption,
+// docs/measured.md a scaling sheet.
 package sharding
 
 import (
@@ -215,7 +216,7 @@ func New(cfg Config) (*Replica, error) {
 // LIST is in (a shard's keys are admitted only then) until it is released
 // (its objects then leave the store without Delete events), and, after
 // its session lapsed, the shards it held then, until another replica
-// holds them (README, Cache: "A lapse keeps the cache"); and the shards
+// holds them (docs/contract.md: "A lapse keeps the cache"); and the shards
 // a planned move brings it, from before it holds them (their keys are
 // admitted only once it does). Read its
 // store, indexer or a lister built on it; Run runs it when it was built

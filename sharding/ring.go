@@ -15,7 +15,7 @@ import (
 const (
 	// FieldUID shards by object.metadata.uid: objects spread evenly, but a
 	// name that is deleted and created again gets a new UID and may land
-	// in another shard (see the README, "Keys and shards").
+	// in another shard (see docs/contract.md, "Keys and shards").
 	FieldUID = "object.metadata.uid"
 	// FieldNamespace shards by object.metadata.namespace: every object of
 	// a namespace is in one shard, and a key's shard follows from the key

@@ -153,7 +153,7 @@ func parseShards(v string, n int) []int {
 //
 // The view may be behind the server, by the watch's latency, while the
 // watch is cut off, or until a relist; safety never rests on it being
-// fresh (see the README's "Why two replicas never run one key at once"):
+// fresh (see docs/contract.md, "Why two replicas never run one key at once"):
 // every write carries the UID and resourceVersion of the version it was
 // decided on, and the server refuses it if that is no longer current.
 type ringView struct {

@@ -14,7 +14,7 @@ import (
 // cancels or drains a run happens here, under one lock, so that a run never
 // starts after the decision that stops it.
 //
-// Exclusion rests on three of its rules (README, "Why two replicas never
+// Exclusion rests on three of its rules (docs/contract.md, "Why two replicas never
 // run one key at once"): a key runs only while the session is alive, less
 // than RenewDeadline after the last answered renewal was sent (admitsLocked;
 // lose cancels every run at the deadline); a draining shard admits nothing

@@ -50,7 +50,7 @@ import (
 //
 // A shard Lease of another count whose holder is gone (a ring stopped,
 // its ring's Lease deleted, and started again with another count, as the
-// README's procedure does) is free: it is acquired by an update
+// procedure in docs/operate.md does) is free: it is acquired by an update
 // conditioned on its version, as any free shard, and rewritten with this
 // replica's count. Shard Leases of indices at or beyond the count are
 // kept in the view (extra) for the check only.
@@ -124,7 +124,7 @@ func mismatchf(format string, args ...any) error {
 func ringConflict(v *view, ring, namespace, self string, ours ringConf) error {
 	if rl := v.ringLease; rl.exists && !rl.conf.agrees(ours) {
 		return mismatchf("sharding: this replica has Config.Shards %d and Config.Field %s, but ring %q was created with %v "+
-			"(Lease %s/%s); run every replica of a ring with the same Shards and Field, or change them as the README says (stop the ring, delete its Leases)",
+			"(Lease %s/%s); run every replica of a ring with the same Shards and Field, or change them as sharding/docs/operate.md says (stop the ring, delete its Leases)",
 			ours.shards, ours.field, ring, rl.conf, namespace, ringLeaseName(ring))
 	}
 	check := func(i int, s shardInfo) error {

@@ -258,7 +258,7 @@ func TestMixedOutsideProtocol(t *testing.T) {
 	})
 }
 
-// TestReshardByProcedure changes a ring's count as the README says: stop
+// TestReshardByProcedure changes a ring's count as docs/operate.md says: stop
 // every replica, delete the ring's Leases, start the replicas with the
 // new count. And a ring left by a version that did not record the count
 // (its shard Leases released, no ring's Lease): the new count takes the

@@ -26,7 +26,7 @@ var errDowngraded = errors.New("shardcache: the server stopped filtering by shar
 // It makes the Reflector list by pages, never by a watch-list stream, and
 // every page from a consistent read (see ListWithContext). Measured with
 // 16 replicas over 100,000 ConfigMaps on kube-apiserver 1.37
-// (integration/TestScaleShardedCache; sharding/README.md, "At 100,000
+// (integration/TestScaleShardedCache; sharding/docs/measured.md, "At 100,000
 // ConfigMaps"): with the server not filtering, streams took twice the
 // time and the replicas' CPU of pages to settle a start, a kill and a
 // join (JSON: each event's envelope and then its object are decoded,

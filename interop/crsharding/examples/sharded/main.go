@@ -96,7 +96,7 @@ func run() error {
 // registry, so that /metrics serves them beside the controller's
 // workqueue_* and controller_runtime_* series: sharding_forbidden is the
 // one to alert on (1 while the API server refuses the replica a request it
-// needs; see sharding/README.md, "Deploy").
+// needs; see sharding/docs/operate.md, "RBAC").
 func ringMetrics() sharding.Metrics {
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
