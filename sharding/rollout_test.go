@@ -74,24 +74,13 @@ var rolloutStrategies = []strategy{
 	{name: "container restart after 20s", restart: 20 * time.Second},
 }
 
-// bounded says whether the rollout keeps to 2·S moves: one that waits
-// for each new pod to hold its share (minReadySeconds), or replaces the
-// pods all at once. One pod at a time without minReadySeconds does not:
-// a new pod is Ready once it has joined, seconds before the others count
-// it, so the old pods leave while their shards can go only to the other
-// old ones, and each share moves more than twice (2.4·S measured at
-// N = S = 16).
-func (st strategy) bounded() bool {
-	return st.minReady > 0 || st.recreate || st.surgePct == 100 || st.restart > 0
-}
-
 // rolloutSizes: the other sizes run with SHARDING_ROLLOUT=1 (about four
 // minutes without -race on a loaded 2-core machine).
 var rolloutSizes = []struct{ replicas, shards int }{{3, 16}, {3, 64}, {16, 16}, {16, 64}}
 
 // rolloutResult is what one rollout cost the ring.
 type rolloutResult struct {
-	moves        int             // changes of a shard's admitting replica process (each a list)
+	moves        int             // changes of a shard's admitting replica process
 	nameMoves    int             // of the admitting replica's identity (pod name)
 	acquisitions int             // shard Lease writes naming a holder
 	gaps         []time.Duration // per move: from the last admission by the old holder to the first by the new
@@ -100,10 +89,13 @@ type rolloutResult struct {
 }
 
 // TestRollout replaces every replica of a balanced ring by each
-// strategy, and checks the bound on moves where it holds (bounded): at
-// most 2·S shard moves per rolling update (each replaced replica's share
-// moves at most twice: to the others when it leaves, from them when its
-// successor joins); for every strategy, that no key runs twice
+// strategy, and checks at most 2·S shard moves per rolling update of a
+// Deployment, whatever its strategy (each replaced replica's share moves at most twice: to
+// the others when it leaves, from them when its successor joins; planned
+// moves keep a leaver's shards until their takers have synced them, so
+// one pod at a time no longer outruns the ring; a StatefulSet's pods come
+// back under their names, as rejoining members, and at N = 3, S = 16 move
+// 2.6·S); for every strategy, that no key runs twice
 // (invariant 1 throughout) and every key is reconciled after it
 // (invariant 2).
 func TestRollout(t *testing.T) {
@@ -112,7 +104,7 @@ func TestRollout(t *testing.T) {
 		for _, st := range rolloutStrategies {
 			name := fmt.Sprintf("N=%d/S=%d/%s", sz.replicas, sz.shards, st.name)
 			// CI: every strategy at the first size, and the manifests' at
-			// N = S = 16, where one pod at a time exceeds 2·S.
+			// N = S = 16.
 			manifests := st.surgePct == 100 && st.minReady > 0 && sz.replicas == 16 && sz.shards == 16
 			if i > 0 && !all && !manifests {
 				continue
@@ -125,7 +117,7 @@ func TestRollout(t *testing.T) {
 					if len(res.gaps) > 0 {
 						p50, worst = res.gaps[len(res.gaps)/2], res.gaps[len(res.gaps)-1]
 					}
-					if limit := 2 * sz.shards; st.bounded() && (res.moves > limit || res.acquisitions > limit) {
+					if limit := 2 * sz.shards; !st.sameName && (res.moves > limit || res.acquisitions > limit) {
 						t.Errorf("a rolling update of %d replicas moved %d shards (%d acquisitions), limit 2·S = %d", sz.replicas, res.moves, res.acquisitions, limit)
 					}
 					// A container back within LeaseDuration gets its own
