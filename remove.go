@@ -12,9 +12,8 @@ package workqueue
 // it), and Get drops it when it comes out. Len, Stats and every "is a key
 // ready" test subtract the ghosts, so they are exact at every moment.
 //
-// A key removed and then made ready again (Add, a deadline that passes, a
-// Done of processing+dirty) while its ghost is still in the store is not
-// pushed: Store's contract is that Push gets only an item the store does
+// A key removed and then made ready again (by Add, or by a deadline that
+// passes) while its ghost is still in the store is not pushed: Store's contract is that Push gets only an item the store does
 // not hold, and a store that indexes its keys would lose or double it. The
 // ghost turns back into the key's live entry instead, and the store hears
 // what it hears for a duplicate Add: Touch, or, with a PriorityStore and a
@@ -27,7 +26,7 @@ package workqueue
 // ready key has no ghost. No ghost is left where the key table keeps the
 // order (a queue without a Store, or with the built-in priority store,
 // whose levels it keeps): the removed entry dies, or is unlinked from its
-// level, and the key comes back at the tail.
+// level, and the key comes back at the tail (of its level).
 //
 // Ghosts must not pile up (a key added and removed over and over with no
 // Get would grow the store without bound), so once they outnumber the live
