@@ -9,7 +9,8 @@ var RaceBuild = raceBuild
 // CheckTable returns an error if q's key table breaks an invariant that the
 // ghost column relies on (remove.go): the index holds exactly the entries
 // that have flags, every fGhost entry holds ghosts and no other flag, no
-// dead entry holds a ghost, and the column adds up to q's ghost count. It
+// dead entry holds a ghost, no key more than one and a ready key none (the
+// store holds one entry per key), and the column adds up to q's ghost count. It
 // also reports the entries the table holds (keys and fGhost entries), which
 // is 0 once a drained queue forgot every key and every ghost.
 func CheckTable[T comparable](q *Queue[T]) (entries int, err error) {
@@ -41,6 +42,10 @@ func CheckTable[T comparable](q *Queue[T]) (entries int, err error) {
 			return 0, fmt.Errorf("dead entry %d holds %d ghosts", p, g)
 		case f&fGhost != 0 && (f != fGhost || g == 0):
 			return 0, fmt.Errorf("entry %d of %v: flags %b with %d ghosts", p, t.keys[p], f, g)
+		case g > 1 || g > 0 && f&fDirty != 0 && f&fProcessing == 0:
+			// The store holds one entry per key: a key has at most one
+			// ghost, and a ready key none (its entry is live).
+			return 0, fmt.Errorf("entry %d of %v: flags %b with %d ghosts in the store", p, t.keys[p], f, g)
 		}
 	}
 	if t.ghosted {

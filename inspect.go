@@ -283,15 +283,10 @@ func (q *Queue[T]) inspect(l InspectLimits, total int) []KeyInfo[T] {
 	if ordered {
 		out = out[:n]
 		if room > 0 {
-			visited := 0
 			q.eachReady(func(k T) bool {
-				visited++
 				st, ok := q.entry(k)
 				if !ok || st.flags != fDirty {
-					return true // not ready: an entry the store will skip
-				}
-				if g := q.ghostsOf(k); g > 0 && q.entriesBefore(k, visited-1) < g {
-					return true // one of the ghosts Remove left: k's live entry comes later
+					return true // not ready: a ghost Remove left, which the store will skip
 				}
 				out = append(out, info(k, st))
 				return len(out) < n+room
@@ -447,34 +442,4 @@ func (q *RateLimitingQueue[T]) requeues(keys []KeyInfo[T]) []KeyInfo[T] {
 		keys[i].Requeues = q.limiter.NumRequeues(keys[i].Key)
 	}
 	return keys
-}
-
-// ghostsOf returns how many ghosts Remove left in the store for item, a
-// ready key (remove.go). q.mu must be held.
-func (q *Queue[T]) ghostsOf(item T) int {
-	if q.ghosts == 0 {
-		return 0
-	}
-	_, _, pos := q.tab.find(item)
-	return int(q.tab.ghost[pos])
-}
-
-// entriesBefore counts item's entries among the first n of the store, in
-// eachReady's order. A key's ghosts come before its live entry, so the
-// live one is the entry with ghostsOf(item) entries of the key before it.
-// O(n), and called only for keys that have ghosts, so a queue that never
-// calls Remove pays nothing for it. q.mu must be held.
-func (q *Queue[T]) entriesBefore(item T, n int) int {
-	c, i := 0, 0
-	q.eachReady(func(k T) bool {
-		if i == n {
-			return false
-		}
-		i++
-		if k == item {
-			c++
-		}
-		return true
-	})
-	return c
 }

@@ -32,10 +32,11 @@ const (
 	fWaiting                      // a run is due at a deadline in the delay heap
 	fProcessing                   // handed out by Get, Done not yet called
 	// fGhost, alone, marks the entry of a key that is absent but still has
-	// ghosts in a user's Store (remove.go): the entry stays for their
+	// a ghost in a user's Store (remove.go): the entry stays for its
 	// count (the ghost column). find reports such a key absent, and no
-	// other flag is ever set with fGhost; a key with ghosts and a state
-	// has that state's flags.
+	// other flag is ever set with fGhost; a key with a ghost and a state
+	// has that state's flags, and is never ready (its ghost would be its
+	// live entry again).
 	fGhost
 )
 

@@ -74,8 +74,11 @@ type Queue[T comparable] struct {
 
 	prio PriorityStore[T]
 	// ghosts counts the entries that Remove left in the store; the key
-	// table's ghost column says how many each key has (remove.go).
-	ghosts int
+	// table's ghost column says which keys have one (remove.go), and
+	// ghostPrio, with a PriorityStore, the priority of each ghost
+	// not at priority 0.
+	ghosts    int
+	ghostPrio map[T]int
 
 	// delay holds the waiting keys, their heap and the timer (delay.go).
 	delay delayState[T]
@@ -274,7 +277,7 @@ func (q *Queue[T]) raise(item T, pos int, prio int) (moved bool) {
 // enqueue puts item, just made ready in the table, into the Store if the
 // queue has one, and wakes one getter. q.mu must be held.
 func (q *Queue[T]) enqueue(item T, prio int) {
-	if q.store != nil {
+	if q.store != nil && (q.ghosts == 0 || !q.revive(item, prio)) {
 		q.pushEntry(item, prio)
 	}
 	q.wake()

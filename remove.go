@@ -8,17 +8,25 @@ package workqueue
 //
 // So a removed ready key leaves a ghost: its entry stays in the store, the
 // queue counts it (ghosts, and per key in the key table's ghost column,
-// where a key with nothing left but ghosts keeps an fGhost entry for
-// their count), and Get drops it when it comes out. Len, Stats and
-// every "is a key ready" test subtract the ghosts, so they are exact at
-// every moment. A key removed and added again is pushed anew: its ghost is
-// older and comes out first, so the key runs once, at the place of its new
-// Add. That relies on the store handing out one key's entries in the order
-// they were pushed, which holds for FIFO stores (the default, client-go's)
-// and within one tenant of the fair store. No ghost is left where the key
-// table keeps the order (a queue without a Store, or with the built-in priority store,
+// where a key with nothing left but its ghost keeps an fGhost entry for
+// it), and Get drops it when it comes out. Len, Stats and every "is a key
+// ready" test subtract the ghosts, so they are exact at every moment.
+//
+// A key removed and then made ready again (by Add, or by a deadline that
+// passes) while its ghost is still in the store is not pushed: Store's contract is that Push gets only an item the store does
+// not hold, and a store that indexes its keys would lose or double it. The
+// ghost turns back into the key's live entry instead, and the store hears
+// what it hears for a duplicate Add: Touch, or, with a PriorityStore and a
+// higher priority than the ghost's, Raise. So the key runs once, at its
+// ghost's place in the store's order (where client-go's Queue, with the
+// same Push and Touch rule, would keep a key added twice), and with a
+// PriorityStore at the higher of the ghost's priority and the new one,
+// since a store cannot be asked to lower a priority. A store therefore
+// holds at most one entry per key at every moment, live or ghost, and a
+// ready key has no ghost. No ghost is left where the key table keeps the
+// order (a queue without a Store, or with the built-in priority store,
 // whose levels it keeps): the removed entry dies, or is unlinked from its
-// level.
+// level, and the key comes back at the tail (of its level).
 //
 // Ghosts must not pile up (a key added and removed over and over with no
 // Get would grow the store without bound), so once they outnumber the live
@@ -104,13 +112,46 @@ func (q *Queue[T]) leaveGhost(pos int) {
 	}
 	t.ghost[pos]++
 	q.ghosts++
+	if p := t.prioAt(pos); p != 0 && q.prio != nil {
+		if q.ghostPrio == nil {
+			q.ghostPrio = make(map[T]int)
+		}
+		q.ghostPrio[t.keys[pos]] = p // the priority its entry has in the store
+	}
+}
+
+// revive turns the ghost of item, just made ready in the key table at
+// priority prio, back into its live entry, and reports whether it had one
+// (else the caller pushes it). The store hears Touch, or Raise for a
+// priority above the ghost's; below it, the key's run takes the ghost's
+// priority, which is where the store has it. q.mu must be held and
+// q.ghosts > 0.
+func (q *Queue[T]) revive(item T, prio int) bool {
+	t := &q.tab
+	_, _, pos := t.find(item)
+	if t.ghost[pos] == 0 {
+		return false
+	}
+	t.ghost[pos]--
+	q.ghosts--
+	if q.prio != nil {
+		g := q.ghostPrio[item]
+		delete(q.ghostPrio, item)
+		if prio > g {
+			q.prio.Raise(item, prio)
+			return true
+		}
+		t.setPrio(pos, g)
+	}
+	q.store.Touch(item)
+	return true
 }
 
 // popGhost looks up item, just popped from the store. If it is a ghost, it
-// forgets that ghost (and the key's fGhost entry with its last one) and
-// reports true; else it returns the key's position in the key table.
-// Ghosts of a key are older than its live entry, so while a key has
-// ghosts, what comes out is one of them. q.mu must be held and q.ghosts > 0.
+// forgets that ghost (and the key's fGhost entry with it) and reports
+// true; else it returns the key's position in the key table. The store
+// holds one entry per key, so what comes out for a key with a ghost is
+// that ghost. q.mu must be held and q.ghosts > 0.
 func (q *Queue[T]) popGhost(item T) (pos int, ghost bool) {
 	t := &q.tab
 	_, slot, pos := t.find(item)
@@ -122,6 +163,9 @@ func (q *Queue[T]) popGhost(item T) (pos int, ghost bool) {
 	}
 	t.ghost[pos]--
 	q.ghosts--
+	if q.ghostPrio != nil {
+		delete(q.ghostPrio, item)
+	}
 	if t.ghost[pos] == 0 && t.isGhost(pos) {
 		t.remove(slot, pos)
 	}

@@ -41,6 +41,19 @@ func removeConfigs() []queueConfig {
 	)
 }
 
+// rowKind says which configurations a row of removeTable holds for.
+type rowKind int
+
+const (
+	allConfigs rowKind = iota
+	tableKept          // the key table keeps the order
+	stored             // the queue calls a Store
+)
+
+// storeCalled names the removeConfigs whose queue calls its Store: there
+// Remove leaves ghosts (remove.go).
+var storeCalled = map[string]bool{"FIFOStore": true, "FairStore": true, "userStore": true}
+
 func opRemove(key string, want bool) step {
 	return func(t *testing.T, q *workqueue.Queue[string]) {
 		require.Equal(t, want, q.Remove(key), "Remove(%q) must report whether it cancelled a pending run", key)
@@ -68,59 +81,73 @@ func expectWaiting(n int) step {
 // removeTable is the Remove column of the state table: each row puts a key
 // in one state, removes it, and checks what is left, down to the queue
 // being empty and the key being usable again.
+//
+// stored rows hold only for the configurations that call a Store
+// (storeCalled), where Remove leaves a ghost and a key added again takes
+// its place back; tableKept rows only for the others.
 var removeTable = []struct {
 	name  string
 	steps []step
+	only  rowKind
 }{
 	{"absent: no change, false", []step{
 		opRemove("a", false), expectCounts(0, 0, 0), expectBlocked(),
 		opAdd("a"), opRemove("b", false), expectCounts(1, 0, 1), expectGet("a"), opDone("a"),
-	}},
+	}, allConfigs},
 	{"ready: absent, true", []step{
 		opAdd("a"), opRemove("a", true), expectCounts(0, 0, 0), expectBlocked(),
 		opRemove("a", false), expectCounts(0, 0, 0),
-	}},
+	}, allConfigs},
 	{"ready: others keep their order", []step{
 		opAdd("x/a", "x/b", "x/c"), opRemove("x/b", true), expectCounts(2, 0, 2),
 		expectGet("x/a", "x/c"), expectBlocked(), opDone("x/a", "x/c"), expectCounts(0, 0, 0),
-	}},
+	}, allConfigs},
 	{"ready: removed and added again runs once, at its new place", []step{
 		opAdd("x/a", "x/b"), opRemove("x/a", true), opAdd("x/c", "x/a"), expectCounts(3, 0, 3),
 		expectGet("x/b", "x/c", "x/a"), expectBlocked(), opDone("x/a", "x/b", "x/c"), expectCounts(0, 0, 0),
-	}},
+	}, tableKept},
+	{"ready: removed and added again runs once, at its ghost's place", []step{
+		opAdd("x/a", "x/b"), opRemove("x/a", true), opAdd("x/c", "x/a"), expectCounts(3, 0, 3),
+		expectGet("x/a", "x/b", "x/c"), expectBlocked(), opDone("x/a", "x/b", "x/c"), expectCounts(0, 0, 0),
+	}, stored},
 	{"ready: removed and added again many times runs once", []step{
 		opAdd("x/a"), opRemove("x/a", true), opAdd("x/a"), opRemove("x/a", true), opAdd("x/a"),
 		opAdd("x/b"), opRemove("x/a", true), opAdd("x/a"), expectCounts(2, 0, 2),
 		expectGet("x/b", "x/a"), expectBlocked(), expectCounts(0, 2, 0), opDone("x/a", "x/b"), expectCounts(0, 0, 0),
-	}},
+	}, tableKept},
+	{"ready: removed and added again many times runs once, at its ghost's place", []step{
+		opAdd("x/a"), opRemove("x/a", true), opAdd("x/a"), opRemove("x/a", true), opAdd("x/a"),
+		opAdd("x/b"), opRemove("x/a", true), opAdd("x/a"), expectCounts(2, 0, 2),
+		expectGet("x/a", "x/b"), expectBlocked(), expectCounts(0, 2, 0), opDone("x/a", "x/b"), expectCounts(0, 0, 0),
+	}, stored},
 	{"waiting: absent, true", []step{
 		opAddAfter("a", time.Second), expectWaiting(1), opRemove("a", true), expectWaiting(0), expectCounts(0, 0, 0),
 		opSleep(2 * time.Second), expectCounts(0, 0, 0), expectBlocked(),
-	}},
+	}, allConfigs},
 	{"waiting: added again later gets a fresh deadline", []step{
 		opAddAfter("a", time.Second), opRemove("a", true), opAddAfter("a", 3*time.Second),
 		opSleep(2 * time.Second), expectWaiting(1), expectBlocked(),
 		opSleep(time.Second), expectCounts(1, 0, 1), expectGet("a"), opDone("a"), expectCounts(0, 0, 0),
-	}},
+	}, allConfigs},
 	{"processing: no change, false", []step{
 		opAdd("a"), expectGet("a"), opRemove("a", false), expectCounts(0, 1, 0),
 		opDone("a"), expectCounts(0, 0, 0), expectBlocked(),
-	}},
+	}, allConfigs},
 	{"processing+dirty: processing, true, Done does not requeue", []step{
 		opAdd("a"), expectGet("a"), opAdd("a"), expectCounts(0, 1, 1),
 		opRemove("a", true), expectCounts(0, 1, 0), opRemove("a", false),
 		opDone("a"), expectCounts(0, 0, 0), expectBlocked(),
-	}},
+	}, allConfigs},
 	{"processing+waiting: processing, true, deadline dropped", []step{
 		opAdd("a"), expectGet("a"), opAddAfter("a", time.Second), expectWaiting(1),
 		opRemove("a", true), expectWaiting(0), expectCounts(0, 1, 0),
 		opSleep(2 * time.Second), expectCounts(0, 1, 0),
 		opDone("a"), expectCounts(0, 0, 0), expectWaiting(0), expectBlocked(),
-	}},
+	}, allConfigs},
 	{"after ShutDown: still removes", []step{
 		opAdd("a", "b"), opShutDown(), opRemove("a", true), expectCounts(1, 0, 1),
 		expectGet("b"), expectShutdown(), opDone("b"), expectCounts(0, 0, 0),
-	}},
+	}, allConfigs},
 }
 
 // TestRemoveStateTable runs the Remove column of the state table against
@@ -128,6 +155,9 @@ var removeTable = []struct {
 func TestRemoveStateTable(t *testing.T) {
 	for _, row := range removeTable {
 		for _, cfg := range removeConfigs() {
+			if row.only != allConfigs && (row.only == stored) != storeCalled[cfg.name] {
+				continue
+			}
 			t.Run(row.name+"/"+cfg.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					q := cfg.new()
@@ -166,9 +196,10 @@ func TestRemoveGhostsAreBounded(t *testing.T) {
 }
 
 // TestRemoveGhostColumn follows the key table's ghost column (remove.go)
-// through the states a key of a user's store can be in: ghosts only (an
-// fGhost entry, absent to every reader), ghosts and a live run again,
-// ghosts popped one by one, and nothing once the last is out. CheckTable
+// through the states a key of a user's store can be in: a ghost only (an
+// fGhost entry, absent to every reader), its ghost live again once it is
+// added again, a ghost popped and dropped, and nothing once the last is
+// out. CheckTable
 // holds the table to its invariants after every step.
 func TestRemoveGhostColumn(t *testing.T) {
 	store := newRawStore()
@@ -196,25 +227,28 @@ func TestRemoveGhostColumn(t *testing.T) {
 	require.Equal(t, 1, q.Len())
 	require.Equal(t, []string{"c ready"}, inspected(q), "Inspect lists no ghost")
 
-	q.Add("a") // takes over its fGhost entry and ghost count
+	q.Add("a") // takes over its fGhost entry, and its ghost is live again
 	entries(3, "Add of a again")
 	require.Equal(t, workqueue.KeyReady, q.State("a"))
+	require.Equal(t, 3, store.Len(), "a's ghost is its live entry again: nothing pushed")
 	require.True(t, q.Remove("a"))
 	q.Add("a")
-	entries(3, "a removed and added again") // a: two ghosts and a live run
+	entries(3, "a removed and added again") // a live, b's fGhost entry, c
 	require.Equal(t, 2, q.Len())
-	require.Equal(t, []string{"a ready", "c ready"}, inspected(q), "Inspect passes over a's ghosts")
+	require.Equal(t, 3, store.Len(), "one entry per key, live or ghost")
+	require.Equal(t, []string{"a ready", "c ready"}, inspected(q), "Inspect passes over b's ghost")
 
-	// The store holds a, b, c, a, a: Get passes over a's first ghost and
-	// b's only one (b's entry goes with it) and hands out c.
+	// The store holds a, b (a ghost), c: a comes out at its ghost's place,
+	// then Get passes over b's ghost (b's entry goes with it) and hands
+	// out c.
 	got, _ := q.Get()
-	require.Equal(t, "c", got)
-	entries(2, "Get of c") // a (one ghost left) and c
-	q.Done("c")
-	got, _ = q.Get()
-	require.Equal(t, "a", got, "a's live entry comes after its ghosts")
-	require.Zero(t, store.Len())
+	require.Equal(t, "a", got, "a key added again takes its ghost's place")
 	q.Done("a")
+	entries(2, "Get and Done of a") // b's fGhost entry and c
+	got, _ = q.Get()
+	require.Equal(t, "c", got)
+	require.Zero(t, store.Len())
+	q.Done("c")
 	entries(0, "the last Done")
 
 	// Churn with a key kept ready, so that ghosts stay until rebuilds drop
@@ -357,4 +391,107 @@ func TestRemoveConcurrent(t *testing.T) {
 			require.Zero(t, q.Len())
 		})
 	}
+}
+
+// indexedStore is a user's PriorityStore that indexes its keys (it wraps
+// NewPriorityStore, which the queue then calls like any other store) and
+// records every call that breaks Store's contract: a Push of a key it
+// holds, a Touch of one it does not, a Raise that does not raise.
+type indexedStore struct {
+	workqueue.PriorityStore[string]
+	held       map[string]int // key -> priority
+	calls      []string
+	violations []string
+}
+
+func newIndexedStore() *indexedStore {
+	return &indexedStore{PriorityStore: workqueue.NewPriorityStore[string](), held: map[string]int{}}
+}
+
+func (s *indexedStore) Push(item string) { s.PushPriority(item, 0) }
+
+func (s *indexedStore) PushPriority(item string, p int) {
+	s.calls = append(s.calls, fmt.Sprintf("push %s %d", item, p))
+	if _, ok := s.held[item]; ok {
+		s.violations = append(s.violations, "Push of "+item+", already in the store")
+	}
+	s.held[item] = p
+	s.PriorityStore.PushPriority(item, p)
+}
+
+func (s *indexedStore) Pop() string {
+	item := s.PriorityStore.Pop()
+	delete(s.held, item)
+	return item
+}
+
+func (s *indexedStore) Touch(item string) {
+	s.calls = append(s.calls, "touch "+item)
+	if _, ok := s.held[item]; !ok {
+		s.violations = append(s.violations, "Touch of "+item+", not in the store")
+	}
+	s.PriorityStore.Touch(item)
+}
+
+func (s *indexedStore) Raise(item string, p int) {
+	s.calls = append(s.calls, fmt.Sprintf("raise %s %d", item, p))
+	if old, ok := s.held[item]; !ok || old >= p {
+		s.violations = append(s.violations, fmt.Sprintf("Raise of %s to %d, held %v at %d", item, p, ok, old))
+	}
+	s.held[item] = p
+	s.PriorityStore.Raise(item, p)
+}
+
+// TestRemoveAddKeepsStoreContract removes ready keys from a queue whose
+// user's Store indexes its keys and makes them ready again, by Add at a
+// lower, the same and a higher priority and by a deadline: the queue must
+// never Push a key whose ghost is still in the store, but turn the ghost
+// back into the live entry (Touch, or Raise for a higher priority), so
+// the store's Len stays exact and the key runs once, at its ghost's place.
+func TestRemoveAddKeepsStoreContract(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newIndexedStore()
+		q := workqueue.NewWithConfig(workqueue.Config[string]{Store: s})
+		expect := func(step string, want ...string) {
+			t.Helper()
+			require.Equal(t, len(want), q.Len(), "Len after %s", step)
+			require.Equal(t, len(s.held), s.PriorityStore.Len(), "the store's index and its Len agree after %s", step)
+			for _, w := range want {
+				k, prio, _ := q.GetWithPriority()
+				require.Equal(t, w, fmt.Sprintf("%s %d", k, prio), "Get after %s", step)
+				q.Done(k)
+			}
+			require.Empty(t, s.violations, "Store contract after %s; calls %v", step, s.calls)
+			_, err := workqueue.CheckTable(q)
+			require.NoError(t, err, step)
+		}
+
+		q.Add("a")
+		q.Add("b")
+		require.True(t, q.Remove("a"))
+		q.Add("a")
+		expect("Remove and Add at priority 0", "a 0", "b 0")
+
+		q.AddWithPriority("a", 5)
+		q.Add("b")
+		require.True(t, q.Remove("a"))
+		q.AddWithPriority("a", 1)
+		expect("Add again at a lower priority: the ghost's", "a 5", "b 0")
+
+		q.AddWithPriority("a", 1)
+		q.AddWithPriority("b", 3)
+		require.True(t, q.Remove("a"))
+		q.AddWithPriority("a", 7)
+		expect("Add again at a higher priority: raised", "a 7", "b 3")
+
+		q.Add("a")
+		q.Add("b")
+		require.True(t, q.Remove("a"))
+		q.AddAfter("a", time.Second)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		expect("a deadline that passes", "a 0", "b 0")
+		require.Zero(t, s.PriorityStore.Len())
+		q.ShutDown()
+	})
 }

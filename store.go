@@ -9,11 +9,20 @@ package workqueue
 // must not call back into the queue.
 //
 // Invariants the queue keeps for the Store:
-//   - Push is called only with an item that is not in the store.
+//   - Push is called only with an item that is not in the store, so the
+//     store holds at most one entry per item.
 //   - Pop is called only when Len() > 0.
 //   - Touch is called only with an item that is in the store, when it is
 //     added again while still waiting to be handed out (a duplicate Add).
 //     A FIFO ignores it; a store may use it to reorder.
+//
+// Queue.Remove cannot take an item out of a Store, so the item's entry
+// stays in the store until Pop hands it out and the queue drops it (see
+// remove.go), or the queue rebuilds the store without it by popping
+// everything and pushing the live items back. An item removed and added
+// again while its entry is still there is not pushed again: the queue
+// calls Touch (or PriorityStore.Raise), and the item keeps that entry's
+// place in the store's order, as a duplicate Add would.
 //
 // One store serves one queue: the queue's key table and the store hold the
 // same keys, so a store shared by two queues would hand one queue the keys
