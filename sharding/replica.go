@@ -12,6 +12,8 @@
 // once that cache has synced the shard.
 //
 //	import (
+//		"k8s.io/apimachinery/pkg/runtime"
+//		"k8s.io/apimachinery/pkg/watch"
 //		appslisters "k8s.io/client-go/listers/apps/v1"
 //		"k8s.io/client-go/tools/cache"
 //	)
