@@ -73,6 +73,10 @@ type Queue[T comparable] struct {
 	cond sync.Cond
 
 	prio PriorityStore[T]
+	// held is the store again when it may hold keys back (a tenant at its
+	// cap: heldStore), else nil. Such a store also removes keys itself, so
+	// it never has ghosts.
+	held heldStore[T]
 	// ghosts counts the entries that Remove left in the store; the key
 	// table's ghost column says which keys have one (remove.go), and
 	// ghostPrio, with a PriorityStore, the priority of each ghost
@@ -122,6 +126,7 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 	} else if cfg.Store != nil {
 		q.store = cfg.Store
 		q.prio, _ = cfg.Store.(PriorityStore[T])
+		q.held, _ = cfg.Store.(heldStore[T])
 		q.tab.storeOrder = true
 	}
 	if mp := metricsFor(cfg.Name, cfg.Metrics); mp != nil {
@@ -275,10 +280,17 @@ func (q *Queue[T]) raise(item T, pos int, prio int) (moved bool) {
 }
 
 // enqueue puts item, just made ready in the table, into the Store if the
-// queue has one, and wakes one getter. q.mu must be held.
+// queue has one, and wakes one getter, unless a store that holds keys back
+// holds this one. q.mu must be held.
 func (q *Queue[T]) enqueue(item T, prio int) {
-	if q.store != nil && (q.ghosts == 0 || !q.revive(item, prio)) {
-		q.pushEntry(item, prio)
+	if q.store != nil {
+		if q.ghosts == 0 || !q.revive(item, prio) {
+			q.pushEntry(item, prio)
+		}
+		if q.held != nil {
+			q.wakeHeld(min(q.held.available(), 1))
+			return
+		}
 	}
 	q.wake()
 }
@@ -309,6 +321,25 @@ func (q *Queue[T]) pushEntry(item T, prio int) {
 func (q *Queue[T]) wake() {
 	if q.getters > q.owed {
 		q.owed++
+	}
+}
+
+// wakeHeld wakes getters for n keys that a store holding keys back (a
+// heldStore) just made available. After ShutDown a getter of such a queue
+// may still wait (for a held key whose tenant's runs are going) while a
+// drainer waits on the same cond, and a Signal may wake the drainer instead
+// of the getter: so while anyone drains, every waiter is woken, and each
+// rechecks its own condition. q.mu must be held.
+func (q *Queue[T]) wakeHeld(n int) {
+	if n <= 0 {
+		return
+	}
+	if q.drainers > 0 {
+		q.cond.Broadcast()
+		return
+	}
+	for range n {
+		q.wake()
 	}
 }
 
@@ -345,12 +376,34 @@ func (q *Queue[T]) pop() (T, int) {
 }
 
 // ready counts the ready keys: the table's, or the Store's entries less
-// the ghosts.
+// the ghosts. Keys a heldStore holds back are ready: Len, Stats and the
+// drains count them.
 func (q *Queue[T]) ready() int {
 	if q.store == nil {
 		return q.tab.ready // Remove leaves no ghost there
 	}
 	return q.store.Len() - q.ghosts
+}
+
+// available counts the ready keys Get may take now: the ready ones, less
+// those a heldStore holds back (it leaves no ghosts).
+func (q *Queue[T]) available() int {
+	if q.store == nil {
+		return q.tab.ready
+	}
+	if q.held != nil {
+		return q.held.available()
+	}
+	return q.store.Len() - q.ghosts
+}
+
+// mustWait reports whether a Get finds nothing to take yet: no key is
+// available and the queue is not shut down, or it is shut down but keys
+// held back are ready, which Get still hands out (unless
+// Config.GetStopsAtShutDown) once the runs of their tenant end; those
+// runs' Done wakes it. q.mu must be held.
+func (q *Queue[T]) mustWait() bool {
+	return q.available() == 0 && (!q.shuttingDown || q.held != nil && !q.stopGets && q.ready() > 0)
 }
 
 // now returns the queue clock in nanoseconds. q.mu must be held.
@@ -407,7 +460,7 @@ func (q *Queue[T]) get() (item T, prio int, shutdown bool) {
 	if !q.mu.TryLock() { // q.lock(), spelled out: it is over the inlining budget
 		lockContended(&q.mu)
 	}
-	for q.ready() == 0 && !q.shuttingDown {
+	for q.mustWait() {
 		q.getters++
 		q.wait()
 		q.getters--
@@ -425,10 +478,10 @@ func (q *Queue[T]) get() (item T, prio int, shutdown bool) {
 }
 
 // getEnds reports whether a Get that no longer waits must report shutdown
-// rather than take a key: none is ready, or Config.GetStopsAtShutDown
+// rather than take a key: none is available, or Config.GetStopsAtShutDown
 // holds the ready ones back. q.mu must be held.
 func (q *Queue[T]) getEnds() bool {
-	return q.ready() == 0 || q.shuttingDown && q.stopGets
+	return q.available() == 0 || q.shuttingDown && q.stopGets
 }
 
 // GetContext is Get that gives up when ctx ends. It returns ctx.Err() if ctx
@@ -444,9 +497,9 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 		q.mu.Unlock()
 		return zero, err
 	}
-	if q.ready() == 0 && !q.shuttingDown {
+	if q.mustWait() {
 		defer q.wakeWhenDone(ctx)()
-		for q.ready() == 0 && !q.shuttingDown {
+		for q.mustWait() {
 			if err := ctx.Err(); err != nil {
 				q.mu.Unlock()
 				return zero, err
@@ -458,8 +511,12 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 		if err := ctx.Err(); err != nil {
 			// A Signal meant for some getter may have woken this one:
 			// pass it on, so the ready key is not left unclaimed.
-			if q.ready() > 0 && q.getters > 0 {
-				q.cond.Signal()
+			if q.available() > 0 && q.getters > 0 {
+				if q.held != nil && q.drainers > 0 {
+					q.cond.Broadcast() // a Signal may find a drainer (see wakeHeld)
+				} else {
+					q.cond.Signal()
+				}
 			}
 			q.mu.Unlock()
 			return zero, err
@@ -490,6 +547,9 @@ func (q *Queue[T]) take() (item T, prio int, waited time.Duration) {
 	} else {
 		item, p = q.pop()
 		t.takeAt(p)
+		if q.held != nil {
+			q.held.handedOut(item)
+		}
 	}
 	if t.timed {
 		now := q.now()
@@ -517,6 +577,11 @@ func (q *Queue[T]) Done(item T) {
 		return
 	}
 	q.processing--
+	if q.held != nil {
+		// Before the key is made ready again below, so that it counts
+		// against its tenant's cap as a key that is no longer running.
+		q.wakeHeld(q.held.finished(item))
+	}
 	var worked time.Duration
 	if t.timed {
 		at := t.at[pos]

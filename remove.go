@@ -83,7 +83,10 @@ func (q *Queue[T]) Remove(item T) bool {
 	case t.isDue(pos):
 		q.dirty--
 		if t.isReady(pos) {
-			if q.store != nil {
+			switch {
+			case q.held != nil:
+				q.held.remove(item) // a store that can remove leaves no ghost
+			case q.store != nil:
 				q.leaveGhost(pos) // the entry stays, as fGhost
 			}
 			t.remove(slot, pos)
