@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/go-coalesce/workqueue"
 )
@@ -188,6 +190,9 @@ func FuzzQueue(f *testing.F) {
 			workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewFIFOStore[string]()}),
 			workqueue.NewWithConfig(workqueue.Config[string]{Store: newRawStore()}),
 		)
+		// The fair priority store, with tenants, weights, a bound on
+		// waiting and a cap, beside its own model.
+		fuzzFair(t, ops, cancelled)
 	})
 }
 
@@ -380,4 +385,516 @@ func fuzzQueue(t *testing.T, ops []byte, cancelled context.Context, m *refQueue,
 			fail("queue %d: key table after the drain: %d entries, %v", i, n, err)
 		}
 	}
+}
+
+// refFair is a reference model of a queue whose Store is
+// NewFairPriorityStore, written from that store's rules rather than from
+// its code: slices and maps, searched from scratch on every Get.
+//
+//   - A lane is the FIFO of one tenant's ready keys at one priority; it
+//     exists while it holds a key. A level's round lists the tenants whose
+//     lanes there are active, front first: a lane becomes active (at the
+//     back, its turn not started) when it gets its first key while its
+//     tenant is under its cap, or when its tenant's cap is lifted, and
+//     leaves the round when it empties or its tenant reaches its cap.
+//   - Get: if the oldest available key (the first to enter a level, among
+//     active lanes) has been in its level longer than MaxWait, it goes out
+//     of turn (no credit used, the round does not move). Otherwise the
+//     front of the round of the highest level with an active lane hands
+//     out its oldest key, using one credit of its turn (a turn is Weight
+//     keys); a lane whose turn is used up moves to the back.
+//   - Raise (a higher AddWithPriority while ready) moves the key to the
+//     back of its tenant's lane in the higher level, entering it now.
+//   - A tenant reaches its cap when a Get hands out its MaxInFlight-th key
+//     in flight, and leaves it at the Done of one of them, before the key
+//     is made ready again if it was added meanwhile.
+//   - Remove takes a ready key out of its lane (no ghost).
+type refFair struct {
+	tenant  func(string) string
+	weight  func(string) int
+	maxWait time.Duration
+	cap     int
+	now     time.Duration // since the queue was made
+
+	state    map[string]refState
+	prio     map[string]int // priority of the key's pending run
+	entry    map[string]refEntry
+	levels   map[int]*refLevel
+	inflight map[string]int
+	seq      int
+	shut     bool
+}
+
+type refEntry struct {
+	level, seq int
+	at         time.Duration
+}
+
+type refLevel struct {
+	lanes  map[string][]string // tenant -> its ready keys here, oldest first
+	round  []string            // tenants with active lanes, front first
+	credit map[string]int      // keys left in the tenant's turn; 0: not started
+}
+
+func newRefFair(cfg workqueue.FairPriority[string]) *refFair {
+	tenant := cfg.Tenant
+	if tenant == nil {
+		tenant = func(string) string { return "" }
+	}
+	return &refFair{
+		tenant: tenant, weight: cfg.Weight, maxWait: cfg.MaxWait, cap: cfg.MaxInFlight,
+		state: map[string]refState{}, prio: map[string]int{}, entry: map[string]refEntry{},
+		levels: map[int]*refLevel{}, inflight: map[string]int{},
+	}
+}
+
+func (m *refFair) held(tenant string) bool { return m.cap > 0 && m.inflight[tenant] >= m.cap }
+
+// push makes k ready at priority p, at the back of its lane.
+func (m *refFair) push(k string, p int) {
+	m.state[k], m.prio[k] = refReady, p
+	m.seq++
+	m.entry[k] = refEntry{p, m.seq, m.now}
+	lv := m.levels[p]
+	if lv == nil {
+		lv = &refLevel{lanes: map[string][]string{}, credit: map[string]int{}}
+		m.levels[p] = lv
+	}
+	t := m.tenant(k)
+	if len(lv.lanes[t]) == 0 && !m.held(t) {
+		lv.round = append(lv.round, t)
+		lv.credit[t] = 0
+	}
+	lv.lanes[t] = append(lv.lanes[t], k)
+}
+
+// cut takes the ready key k out of its lane.
+func (m *refFair) cut(k string) {
+	e := m.entry[k]
+	delete(m.entry, k)
+	lv, t := m.levels[e.level], m.tenant(k)
+	lv.lanes[t] = slices.DeleteFunc(lv.lanes[t], func(r string) bool { return r == k })
+	if len(lv.lanes[t]) == 0 {
+		delete(lv.lanes, t)
+		m.leaveRound(lv, t)
+		if len(lv.lanes) == 0 {
+			delete(m.levels, e.level)
+		}
+	}
+}
+
+func (m *refFair) leaveRound(lv *refLevel, t string) {
+	lv.round = slices.DeleteFunc(lv.round, func(r string) bool { return r == t })
+	delete(lv.credit, t)
+}
+
+func (m *refFair) ready() int { return len(m.entry) }
+
+func (m *refFair) available() int {
+	n := 0
+	for k := range m.entry {
+		if !m.held(m.tenant(k)) {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *refFair) add(k string, p int) {
+	if m.shut {
+		return
+	}
+	switch m.state[k] {
+	case 0:
+		m.push(k, p)
+	case refReady:
+		if p > m.prio[k] {
+			m.cut(k)
+			m.push(k, p)
+		}
+	case refProcessing:
+		m.state[k], m.prio[k] = refProcessingDirty, p
+	case refProcessingDirty:
+		m.prio[k] = max(m.prio[k], p)
+	}
+}
+
+// get returns what GetWithPriority returns; ok is false when it would
+// wait: nothing is available, and the queue is not shut down or keys are
+// held back (their tenant's Done will let them through).
+func (m *refFair) get() (k string, prio int, shutdown, ok bool) {
+	if m.available() == 0 {
+		if m.shut && m.ready() == 0 {
+			return "", 0, true, true
+		}
+		return "", 0, false, false
+	}
+	if m.maxWait > 0 {
+		oldest, best := "", 0
+		for r, e := range m.entry {
+			if !m.held(m.tenant(r)) && (oldest == "" || e.seq < best) {
+				oldest, best = r, e.seq
+			}
+		}
+		if m.now-m.entry[oldest].at > m.maxWait {
+			k = oldest
+		}
+	}
+	if k == "" {
+		top := 0
+		var lv *refLevel
+		for p, l := range m.levels {
+			if len(l.round) > 0 && (lv == nil || p > top) {
+				top, lv = p, l
+			}
+		}
+		t := lv.round[0]
+		if lv.credit[t] == 0 {
+			lv.credit[t] = 1
+			if m.weight != nil {
+				lv.credit[t] = max(1, m.weight(t))
+			}
+		}
+		lv.credit[t]--
+		k = lv.lanes[t][0]
+		if len(lv.lanes[t]) > 1 && lv.credit[t] == 0 {
+			lv.round = append(lv.round[1:], t) // turn used up
+		}
+	}
+	prio = m.prio[k]
+	m.cut(k)
+	m.state[k] = refProcessing
+	t := m.tenant(k)
+	m.inflight[t]++
+	if m.held(t) {
+		for _, lv := range m.levels {
+			m.leaveRound(lv, t)
+		}
+	}
+	return k, prio, false, true
+}
+
+func (m *refFair) done(k string) {
+	st := m.state[k]
+	if st != refProcessing && st != refProcessingDirty {
+		return
+	}
+	t := m.tenant(k)
+	was := m.held(t)
+	m.inflight[t]--
+	if was {
+		for _, lv := range m.levels {
+			if len(lv.lanes[t]) > 0 {
+				lv.round = append(lv.round, t)
+				lv.credit[t] = 0
+			}
+		}
+	}
+	if st == refProcessing {
+		delete(m.state, k)
+		delete(m.prio, k)
+		return
+	}
+	m.push(k, m.prio[k])
+}
+
+func (m *refFair) remove(k string) bool {
+	switch m.state[k] {
+	case refReady:
+		m.cut(k)
+		delete(m.state, k)
+		delete(m.prio, k)
+		return true
+	case refProcessingDirty:
+		m.state[k] = refProcessing
+		return true
+	}
+	return false
+}
+
+func (m *refFair) processing() []string {
+	var ks []string
+	for k, s := range m.state {
+		if s == refProcessing || s == refProcessingDirty {
+			ks = append(ks, k)
+		}
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func (m *refFair) stats() workqueue.Stats {
+	s := workqueue.Stats{Ready: m.ready(), Dirty: m.ready()}
+	for _, st := range m.state {
+		switch st {
+		case refProcessing:
+			s.Processing++
+		case refProcessingDirty:
+			s.Processing++
+			s.Dirty++
+		}
+	}
+	return s
+}
+
+// The keys of the fair queues' fuzzing: three tenants, x weighing 2.
+var fairKeys = []string{"x/a", "x/b", "x/c", "y/a", "y/b", "z/a", "z/b", "z/c"}
+
+func fairWeight(t string) int {
+	if t == "x" {
+		return 2
+	}
+	return 1
+}
+
+// fairPriorities are AddWithPriority's priorities in the fuzzing.
+var fairPriorities = [...]int{0, -100, 10, 5}
+
+// fuzzFair drives queues built with NewFairPriorityStore (tenants,
+// weights, MaxWait, MaxInFlight; and with neither tenants nor a bound, as
+// NewPriorityStore, beside the built-in priority store) against refFair,
+// inside a synctest bubble so that the ops can move the clock MaxWait
+// reads. Each byte is one operation: the low 3 bits choose it, the next 3
+// a key, the top 2 a variant.
+func fuzzFair(t *testing.T, ops []byte, cancelled context.Context) {
+	synctest.Test(t, func(t *testing.T) {
+		type group struct {
+			m  *refFair
+			qs []*workqueue.Queue[string]
+		}
+		fair := func(cfg workqueue.FairPriority[string]) *workqueue.Queue[string] {
+			return workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewFairPriorityStore(cfg)})
+		}
+		tenants := workqueue.FairPriority[string]{Tenant: tenantOf, Weight: fairWeight}
+		bounded := tenants
+		bounded.MaxWait = 3 * time.Second
+		capped := tenants
+		capped.MaxInFlight = 1
+		both := bounded
+		both.MaxInFlight = 2
+		var groups []group
+		for _, cfg := range []workqueue.FairPriority[string]{tenants, bounded, capped, both} {
+			groups = append(groups, group{newRefFair(cfg), []*workqueue.Queue[string]{fair(cfg)}})
+		}
+		groups[3].qs = append(groups[3].qs, workqueue.NewWithConfig(workqueue.Config[string]{
+			Name: "fuzz", Metrics: &countingMetrics{}, Store: workqueue.NewFairPriorityStore(both),
+		}))
+		groups = append(groups, group{newRefFair(workqueue.FairPriority[string]{}), []*workqueue.Queue[string]{
+			fair(workqueue.FairPriority[string]{}),
+			workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewPriorityStore[string]()}),
+		}})
+
+		var trace []string
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("after %v: %s", trace, fmt.Sprintf(format, args...))
+		}
+		get := func(withCtx bool) {
+			for gi, g := range groups {
+				k, prio, shutdown, ok := g.m.get()
+				if !ok {
+					continue
+				}
+				for i, q := range g.qs {
+					if withCtx {
+						gk, err := q.GetContext(context.Background())
+						if gk != k || shutdown != errors.Is(err, workqueue.ErrShutDown) || !shutdown && err != nil {
+							fail("group %d queue %d: GetContext = %q, %v; model %q, shutdown %v", gi, i, gk, err, k, shutdown)
+						}
+						continue
+					}
+					gk, gp, gs := q.GetWithPriority()
+					if gk != k || gp != prio || gs != shutdown {
+						fail("group %d queue %d: GetWithPriority = %q, %d, %v; model %q, %d, %v", gi, i, gk, gp, gs, k, prio, shutdown)
+					}
+				}
+			}
+		}
+		done := func(k string) {
+			for _, g := range groups {
+				g.m.done(k)
+				for _, q := range g.qs {
+					q.Done(k)
+				}
+			}
+		}
+		shutDown := func() {
+			for _, g := range groups {
+				g.m.shut = true
+				for _, q := range g.qs {
+					q.ShutDown()
+				}
+			}
+		}
+
+		for _, b := range ops {
+			key := fairKeys[(b>>3)&7]
+			variant := int(b >> 6)
+			switch b & 7 {
+			case 0:
+				p := fairPriorities[variant]
+				trace = append(trace, fmt.Sprintf("Add %s %d", key, p))
+				for _, g := range groups {
+					g.m.add(key, p)
+					for _, q := range g.qs {
+						if p == 0 {
+							q.Add(key)
+						} else {
+							q.AddWithPriority(key, p)
+						}
+					}
+				}
+			case 1:
+				if variant >= 2 {
+					d := time.Duration(variant-1) * 2 * time.Second
+					trace = append(trace, "Sleep "+d.String())
+					time.Sleep(d)
+					for _, g := range groups {
+						g.m.now += d
+					}
+					break
+				}
+				trace = append(trace, "Remove "+key)
+				for gi, g := range groups {
+					want := g.m.remove(key)
+					for i, q := range g.qs {
+						if got := q.Remove(key); got != want {
+							fail("group %d queue %d: Remove(%q) = %v; model %v", gi, i, key, got, want)
+						}
+					}
+				}
+			case 2:
+				if variant == 3 {
+					trace = append(trace, "GetContext(cancelled)")
+					for _, g := range groups {
+						for i, q := range g.qs {
+							if k, err := q.GetContext(cancelled); !errors.Is(err, context.Canceled) || k != "" {
+								fail("queue %d: GetContext(cancelled) = %q, %v; want context.Canceled", i, k, err)
+							}
+						}
+					}
+					break
+				}
+				trace = append(trace, "Get")
+				get(false)
+			case 6:
+				trace = append(trace, "GetContext")
+				get(true)
+			case 3:
+				trace = append(trace, "Done "+key)
+				done(key)
+			case 4:
+				for gi, g := range groups { // the groups differ: each picks its own
+					ps := g.m.processing()
+					if len(ps) == 0 {
+						continue
+					}
+					k := ps[(variant+int(b>>3))%len(ps)]
+					trace = append(trace, fmt.Sprintf("Done %s in group %d", k, gi))
+					g.m.done(k)
+					for _, q := range g.qs {
+						q.Done(k)
+					}
+				}
+			case 5:
+				if (b>>3)&7 == 0 {
+					trace = append(trace, "ShutDown")
+					shutDown()
+					break
+				}
+				d := time.Duration((b>>3)&7) * 500 * time.Millisecond
+				trace = append(trace, "Sleep "+d.String())
+				time.Sleep(d)
+				for _, g := range groups {
+					g.m.now += d
+				}
+			case 7:
+				if variant != 0 {
+					trace = append(trace, "Done "+key)
+					done(key)
+					break
+				}
+				// A drain that cannot wait: nil once no key is
+				// processing, else the context's error.
+				trace = append(trace, "ShutDownWithDrainContext(cancelled)")
+				for gi, g := range groups {
+					g.m.shut = true
+					idle := g.m.stats().Processing == 0
+					for i, q := range g.qs {
+						err := q.ShutDownWithDrainContext(cancelled)
+						if idle && err != nil || !idle && !errors.Is(err, context.Canceled) {
+							fail("group %d queue %d: ShutDownWithDrainContext(cancelled) = %v", gi, i, err)
+						}
+					}
+				}
+			}
+			for gi, g := range groups {
+				want := g.m.stats()
+				for i, q := range g.qs {
+					if got := trimStats(q.Stats()); got != want {
+						fail("group %d queue %d: Stats = %+v; model %+v", gi, i, got, want)
+					}
+					if n := q.Len(); n != want.Ready {
+						fail("group %d queue %d: Len = %d; model %d", gi, i, n, want.Ready)
+					}
+					if q.ShuttingDown() != g.m.shut {
+						fail("group %d queue %d: ShuttingDown = %v; model %v", gi, i, q.ShuttingDown(), g.m.shut)
+					}
+					if _, err := workqueue.CheckTable(q); err != nil {
+						fail("group %d queue %d: key table: %v", gi, i, err)
+					}
+				}
+			}
+		}
+
+		// Finish: shut down, then a drain on its own goroutine while
+		// everything is handed out and finished in the model's order;
+		// the drain returns, and every queue ends empty.
+		trace = append(trace, "ShutDown, drain")
+		shutDown()
+		for gi, g := range groups {
+			drained := make([]chan error, len(g.qs))
+			for i, q := range g.qs {
+				drained[i] = make(chan error, 1)
+				go func() { drained[i] <- q.ShutDownWithDrainAll(context.Background()) }()
+			}
+			for {
+				for _, k := range g.m.processing() {
+					g.m.done(k)
+					for _, q := range g.qs {
+						q.Done(k)
+					}
+				}
+				k, prio, shutdown, ok := g.m.get()
+				if !ok {
+					fail("group %d: the model waits with nothing processing", gi)
+				}
+				for i, q := range g.qs {
+					if gk, gp, gs := q.GetWithPriority(); gk != k || gp != prio || gs != shutdown {
+						fail("group %d queue %d: Get while draining = %q, %d, %v; model %q, %d, %v", gi, i, gk, gp, gs, k, prio, shutdown)
+					}
+				}
+				if shutdown {
+					break
+				}
+			}
+			synctest.Wait()
+			for i, q := range g.qs {
+				select {
+				case err := <-drained[i]:
+					if err != nil {
+						fail("group %d queue %d: ShutDownWithDrainAll = %v", gi, i, err)
+					}
+				default:
+					fail("group %d queue %d: ShutDownWithDrainAll still waits on an empty queue", gi, i)
+				}
+				if got := trimStats(q.Stats()); got != (workqueue.Stats{}) {
+					fail("group %d queue %d: Stats after the drain = %+v; want empty", gi, i, got)
+				}
+				if n, err := workqueue.CheckTable(q); n != 0 || err != nil {
+					fail("group %d queue %d: key table after the drain: %d entries, %v", gi, i, n, err)
+				}
+			}
+		}
+	})
 }
