@@ -279,3 +279,30 @@ func TestTenantCapRemoveHeld(t *testing.T) {
 		require.Zero(t, n)
 	})
 }
+
+// TestTenantCapWakesGetters checks that an Add wakes a waiting getter for
+// each key it makes available, and only those: of three getters waiting
+// on an empty queue, a key of each tenant wakes one, the second key of a
+// tenant at its cap none, until its tenant's Done.
+func TestTenantCapWakesGetters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := newCapped(1, false)
+		ch := startGets(q, 3)
+		synctest.Wait()
+		q.Add("a/1")
+		synctest.Wait()
+		require.Len(t, ch, 1, "an Add must wake a getter")
+		q.Add("a/2")
+		q.Add("b/1")
+		synctest.Wait()
+		require.Len(t, ch, 2, "b/1 wakes a second getter; a/2 is held")
+		got := []string{(<-ch).item, (<-ch).item}
+		require.ElementsMatch(t, []string{"a/1", "b/1"}, got)
+		q.Done("a/1")
+		synctest.Wait()
+		require.Equal(t, getResult[string]{"a/2", false}, <-ch, "a's Done lets a/2 through to the third getter")
+		q.Done("a/2")
+		q.Done("b/1")
+		q.ShutDown()
+	})
+}
