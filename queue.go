@@ -317,7 +317,8 @@ func (q *Queue[T]) pushEntry(item T, prio int) {
 //
 // Drainers wait on the same cond, but they never steal this Signal from a
 // getter: getters stop waiting once the queue shuts down, and drainers only
-// wait after it has.
+// wait after it has. (A store that holds keys back is the exception: its
+// getters may wait after ShutDown, and its wakes go through wakeHeld.)
 func (q *Queue[T]) wake() {
 	if q.getters > q.owed {
 		q.owed++
@@ -386,24 +387,30 @@ func (q *Queue[T]) ready() int {
 }
 
 // available counts the ready keys Get may take now: the ready ones, less
-// those a heldStore holds back (it leaves no ghosts).
+// those a heldStore holds back (it leaves no ghosts). It is small enough
+// to inline, so that a Get from a queue without a Store reads one field,
+// as ready does.
 func (q *Queue[T]) available() int {
 	if q.store == nil {
 		return q.tab.ready
 	}
+	return q.storeAvailable()
+}
+
+func (q *Queue[T]) storeAvailable() int {
 	if q.held != nil {
 		return q.held.available()
 	}
 	return q.store.Len() - q.ghosts
 }
 
-// mustWait reports whether a Get finds nothing to take yet: no key is
-// available and the queue is not shut down, or it is shut down but keys
-// held back are ready, which Get still hands out (unless
+// keepsWaiting reports whether a Get that finds no key available waits:
+// while the queue is not shut down, and after ShutDown while keys held
+// back are ready, which Get still hands out (unless
 // Config.GetStopsAtShutDown) once the runs of their tenant end; those
 // runs' Done wakes it. q.mu must be held.
-func (q *Queue[T]) mustWait() bool {
-	return q.available() == 0 && (!q.shuttingDown || q.held != nil && !q.stopGets && q.ready() > 0)
+func (q *Queue[T]) keepsWaiting() bool {
+	return !q.shuttingDown || q.held != nil && !q.stopGets && q.ready() > 0
 }
 
 // now returns the queue clock in nanoseconds. q.mu must be held.
@@ -443,6 +450,9 @@ func (q *Queue[T]) wait() {
 // is shut down and no key is ready, Get returns shutdown == true; until
 // then it keeps handing out the keys that were ready (unless
 // Config.GetStopsAtShutDown is set: then it reports shutdown at once).
+// With a per-tenant cap (FairPriority.MaxInFlight), a key whose tenant is
+// at its cap is ready but not handed out: Get waits for the Done of one
+// of that tenant's keys, also after ShutDown.
 func (q *Queue[T]) Get() (item T, shutdown bool) {
 	item, _, shutdown = q.get()
 	return item, shutdown
@@ -460,7 +470,7 @@ func (q *Queue[T]) get() (item T, prio int, shutdown bool) {
 	if !q.mu.TryLock() { // q.lock(), spelled out: it is over the inlining budget
 		lockContended(&q.mu)
 	}
-	for q.mustWait() {
+	for q.available() == 0 && q.keepsWaiting() {
 		q.getters++
 		q.wait()
 		q.getters--
@@ -497,9 +507,9 @@ func (q *Queue[T]) GetContext(ctx context.Context) (T, error) {
 		q.mu.Unlock()
 		return zero, err
 	}
-	if q.mustWait() {
+	if q.available() == 0 && q.keepsWaiting() {
 		defer q.wakeWhenDone(ctx)()
-		for q.mustWait() {
+		for q.available() == 0 && q.keepsWaiting() {
 			if err := ctx.Err(); err != nil {
 				q.mu.Unlock()
 				return zero, err

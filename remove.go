@@ -35,6 +35,9 @@ package workqueue
 // copies fewer live entries than it drops ghosts, so it is O(1) amortized
 // per Remove, and the store never holds more than about twice its live keys.
 //
+// A store that can remove a key itself (the fair priority store, through
+// its heldStore hooks) is asked to, and leaves no ghost.
+//
 // A queue that never calls Remove pays one integer test in Get and nothing
 // in Add or Done.
 
