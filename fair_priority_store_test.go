@@ -322,8 +322,8 @@ func TestFairPriorityStoreMaxWaitGuarantee(t *testing.T) {
 				var running []int
 				n, overdueServed := 0, 0
 				enter := func(k int) { n++; in[k] = entered{n, time.Now()} }
-				for range 20_000 {
-					k := rng.IntN(200)
+				for range 10_000 {
+					k := rng.IntN(100)
 					switch r := rng.IntN(10); {
 					case r < 3: // a burst of high-priority keys
 						if _, ok := in[k]; !ok {
@@ -377,12 +377,12 @@ func TestFairPriorityStoreMaxWaitGuarantee(t *testing.T) {
 	}
 }
 
-// TestFairPriorityStoreMemoryFollowsLiveKeys pushes 100k keys over many
+// TestFairPriorityStoreMemoryFollowsLiveKeys pushes 40k keys over many
 // tenants and levels, pops them all, and checks that every structure gave
 // its memory back.
 func TestFairPriorityStoreMemoryFollowsLiveKeys(t *testing.T) {
 	t.Parallel()
-	const n = 100_000
+	const n = 40_000
 	for _, cfg := range []struct {
 		name string
 		fp   FairPriority[int]
@@ -406,7 +406,7 @@ func TestFairPriorityStoreMemoryFollowsLiveKeys(t *testing.T) {
 			}
 			checkFairPriorityStore(t, s)
 			require.LessOrEqual(t, fpSlots(s), 8*s.Len()+minRing*len(s.lanes.m),
-				"ring slots must follow the 100 live keys, not the 100k peak")
+				"ring slots must follow the 100 live keys, not the 40k peak")
 			for s.Len() > 0 {
 				s.handedOut(s.Pop())
 			}

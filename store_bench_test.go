@@ -2,15 +2,17 @@ package workqueue
 
 import (
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // The store benchmarks put the priority and fair stores side by side with
-// the default FIFO ring, on the same keys, so that their cost reads as a
-// ratio (benchstat) rather than as absolute times, which drift between runs
-// on shared machines. Keys look like Kubernetes keys, "namespace/name", and
-// the fair store's tenant is the namespace, found with strings.Cut as a
-// controller would.
+// the default FIFO ring, and the fair priority store beside both, on the
+// same keys, so that their cost reads as a ratio (benchstat) rather than as
+// absolute times, which drift between runs on shared machines. Keys look
+// like Kubernetes keys, "namespace/name", and the fair stores' tenant is the
+// namespace, found with strings.Cut as a controller would.
 
 // storeBench is one store under test: how to make it, how many namespaces
 // its keys spread over, and how to push the i-th key.
@@ -35,7 +37,37 @@ func storeBenches() []storeBench {
 			func(s Store[string], key string, i int) { s.(PriorityStore[string]).PushPriority(key, i%8) }},
 		{"store=fair/tenants=1", 1, func() Store[string] { return NewFairStore(namespaceOf) }, plainPush},
 		{"store=fair/tenants=16", 16, func() Store[string] { return NewFairStore(namespaceOf) }, plainPush},
+		{"store=priority/levels=4", 1, func() Store[string] { return NewPriorityStore[string]() }, prioPush(4)},
+		{"store=fair/tenants=100", 100, func() Store[string] { return NewFairStore(namespaceOf) }, plainPush},
+		{"store=fairpriority/levels=1", 1, fairPriorityBench(FairPriority[string]{}), plainPush},
+		{"store=fairpriority/levels=4", 1, fairPriorityBench(FairPriority[string]{}), prioPush(4)},
+		{"store=fairpriority/levels=8", 1, fairPriorityBench(FairPriority[string]{}), prioPush(8)},
+		{"store=fairpriority/tenants=100", 100, fairPriorityBench(FairPriority[string]{Tenant: namespaceOf}), plainPush},
+		{"store=fairpriority/levels=4/tenants=100", 100,
+			fairPriorityBench(FairPriority[string]{Tenant: namespaceOf}), prioPush(4)},
+		{"store=fairpriority/levels=4/tenants=100/maxwait", 100,
+			fairPriorityBench(FairPriority[string]{Tenant: namespaceOf, MaxWait: time.Hour}), prioPush(4)},
+		// Each push first runs the key, as Get and Done would: with a cap
+		// of 1 its tenant leaves the rounds and rejoins them every time,
+		// the costly path of the cap.
+		{"store=fairpriority/levels=4/tenants=100/maxinflight=1", 100,
+			fairPriorityBench(FairPriority[string]{Tenant: namespaceOf, MaxInFlight: 1}),
+			func(s Store[string], key string, i int) {
+				h := s.(heldStore[string])
+				h.handedOut(key)
+				h.finished(key)
+				s.(PriorityStore[string]).PushPriority(key, i%4)
+			}},
 	}
+}
+
+// prioPush returns a push that puts the i-th key at priority i%levels.
+func prioPush(levels int) func(s Store[string], key string, i int) {
+	return func(s Store[string], key string, i int) { s.(PriorityStore[string]).PushPriority(key, i%levels) }
+}
+
+func fairPriorityBench(cfg FairPriority[string]) func() Store[string] {
+	return func() Store[string] { return NewFairPriorityStore(cfg) }
 }
 
 // storeBenchKeys returns n keys spread round-robin over the given number of
@@ -81,12 +113,12 @@ func BenchmarkStoreInQueue(b *testing.B) {
 const storeBenchN = 1000
 
 // queueStoreBenches is storeBenches for BenchmarkStoreInQueue: with the
-// built-in ring in front, and without levels=8, since plain Add has one
-// priority.
+// built-in ring in front, and without levels=4 and levels=8, since plain
+// Add has one priority.
 func queueStoreBenches() []storeBench {
 	benches := []storeBench{{"store=default", 1, func() Store[string] { return nil }, plainPush}}
 	for _, sb := range storeBenches() {
-		if sb.name != "store=priority/levels=8" {
+		if !strings.Contains(sb.name, "levels=4") && !strings.Contains(sb.name, "levels=8") {
 			benches = append(benches, sb)
 		}
 	}
