@@ -58,3 +58,27 @@ type PriorityStore[T comparable] interface {
 	// back of priority's level.
 	Raise(item T, priority int)
 }
+
+// heldStore is a Store that may hold back some of its keys (a tenant at its
+// cap) and that the queue tells about runs; it can also remove a key, so the
+// queue never leaves it ghosts.
+type heldStore[T comparable] interface {
+	Store[T]
+	// available reports how many of the Len() keys Pop may return now.
+	available() int
+	// handedOut tells the store that item, which Pop just returned, was
+	// handed out by Get (it is processing now).
+	handedOut(item T)
+	// finished tells the store that the run of item, handed out before,
+	// ended (Done). It returns how many keys became available.
+	finished(item T) int
+	// remove takes item, which the store holds, out of it (Queue.Remove).
+	remove(item T)
+}
+
+// frontStore reports, for each priority level that has ready keys, the key
+// that level would hand out next: the queue reads that key's dirty time from
+// its table for the oldest-ready-age gauge. yield returns false to stop.
+type frontStore[T comparable] interface {
+	fronts(yield func(prio int, item T) bool)
+}
