@@ -5,9 +5,11 @@ import "time"
 // The ready ages of a queue: for each priority level with a ready key, how
 // long the key that level hands out next has been ready. A level that Get
 // serves shows the age of a key that is about to go; a level that Get
-// passes over (strictly lower priorities while higher ones keep arriving,
-// or a level whose next keys belong to a tenant at its cap) shows an age
-// that grows without bound, which is what a starvation alert looks for.
+// passes over (a lower priority while higher ones keep arriving) shows an
+// age that grows without bound, which is what a starvation alert looks
+// for. NewFairPriorityStore names the next key of each level with an
+// available key: a level whose every tenant is at its MaxInFlight cap is
+// held on purpose and shows no age until one of its tenants is let through.
 //
 // Nothing is counted for it on Add, Get or Done: the age is read when
 // asked, under the queue's lock, from the key table's at column (when the
@@ -16,8 +18,9 @@ import "time"
 //
 //   - a queue whose table keeps the levels (NewPriorityStore) reads the
 //     first entry of each level's list: O(levels);
-//   - a Store that can name each level's next key (frontStore) names them,
-//     and each is found in the table with one hash: O(levels);
+//   - a Store that can name each level's next key (frontStore, which
+//     NewFairPriorityStore is) names them, and each is found in the table
+//     with one hash: O(levels);
 //   - a plain FIFO reads its first ready entry, as priority 0 (its
 //     priorities are not an order): O(1) amortized, as the entries Get
 //     would pass over on its way to that entry are passed over once, for
@@ -89,4 +92,3 @@ func (t *orderedTable[T]) firstReady() int {
 	}
 	return t.head
 }
-

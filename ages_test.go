@@ -161,6 +161,20 @@ func TestReadyAgesStores(t *testing.T) {
 		require.True(t, q.Remove("ghost"))
 		require.Empty(t, ages(t, q, true), "a ghost is not the front of a level")
 
+		tenant := func(s string) string { return s[:1] }
+		fp := NewWithConfig(Config[string]{Name: "q", Metrics: &ageRecorder{}, Store: NewFairPriorityStore(FairPriority[string]{Tenant: tenant})})
+		fp.Add("a1")
+		fp.AddWithPriority("c1", -100)
+		time.Sleep(time.Second)
+		fp.Add("a2")
+		time.Sleep(time.Second)
+		fp.Add("b1")
+		require.Equal(t, map[int]time.Duration{0: 2 * time.Second, -100: 2 * time.Second}, ages(t, fp, true))
+		k, _ := fp.Get()
+		require.Equal(t, "a1", k)
+		require.Equal(t, map[int]time.Duration{0: 0, -100: 2 * time.Second}, ages(t, fp, true),
+			"level 0 hands out tenant b's key next, which has just become ready")
+
 		fair := NewWithConfig(Config[string]{Name: "q", Metrics: &ageRecorder{}, Store: NewFairStore(func(s string) string { return s })})
 		fair.Add("a")
 		require.Empty(t, ages(t, fair, false), "a Store whose order the queue cannot see reports nothing")
