@@ -142,3 +142,7 @@ func (a *Ages[K]) see(key K, ages map[int]time.Duration) {
 // Len returns the number of queues whose ages are reported (and kept
 // reachable).
 func (a *Ages[K]) Len() int { return a.book.Len() }
+
+// Close forgets every queue, as Book.Close: for a provider whose
+// collections have stopped for good.
+func (a *Ages[K]) Close() { a.book.Close() }
