@@ -162,7 +162,7 @@ func column(page, class, col string) []string {
 		return nil
 	}
 	var out []string
-	for _, c := range regexp.MustCompile(`(?s)<td class="num ` + col + `">(.*?)</td>`).FindAllStringSubmatch(m[1], -1) {
+	for _, c := range regexp.MustCompile(`(?s)<td class="num `+col+`">(.*?)</td>`).FindAllStringSubmatch(m[1], -1) {
 		out = append(out, html.UnescapeString(c[1]))
 	}
 	return out
