@@ -48,6 +48,29 @@ type PriorityMetricsProvider interface {
 	NewPriorityQueueMetrics(name string, stats func() Stats, byPriority func(m map[int]int)) QueueMetrics
 }
 
+// ReadyAgeMetricsProvider is a MetricsProvider that also reports, for each
+// priority level of a queue, how long the key that level hands out next has
+// been ready: a level that Get does not serve (behind higher priorities, or
+// behind a tenant at its cap) shows an age that keeps growing, so a
+// starving level is visible on a dashboard before anyone asks. When a
+// queue's provider implements it, NewWithConfig calls
+// NewReadyAgeQueueMetrics instead of NewQueueMetrics and
+// NewPriorityQueueMetrics; a provider that does not is called as before.
+type ReadyAgeMetricsProvider interface {
+	MetricsProvider
+	// NewReadyAgeQueueMetrics is NewQueueMetrics with two more functions.
+	// byPriority is NewPriorityQueueMetrics's for a queue whose Store is a
+	// PriorityStore, and nil for any other queue (all its keys have
+	// priority 0). readyAges is the queue's ReadyAges: it stores in m,
+	// for each priority level with a ready key, that age, keeping the
+	// larger where m already holds one for the priority (so the queues of
+	// one name combine in one map). Like stats both are safe to call from
+	// any goroutine at any time, take the queue's lock briefly and
+	// compute their answer then, readyAges in O(priority levels); Add,
+	// Get and Done do nothing for them. Call them when scraped.
+	NewReadyAgeQueueMetrics(name string, stats func() Stats, byPriority func(m map[int]int), readyAges func(m map[int]time.Duration)) QueueMetrics
+}
+
 // QueueMetrics receives the events of one queue. Its methods are called
 // from the goroutine that called the queue method, after the queue has
 // released its lock, or, for the adds of keys whose AddAfter deadline
@@ -114,6 +137,25 @@ func SetDefaultMetricsProvider(p MetricsProvider) {
 		return
 	}
 	defaultMetrics.Store(&metricsBox{p})
+}
+
+// newMetrics asks mp, the queue's provider, for the queue's metrics,
+// through the richest of the provider interfaces that mp implements and
+// the queue can serve: ready ages and priorities, priorities, or the
+// plain one. q's Store must be set.
+func (q *Queue[T]) newMetrics(name string, mp MetricsProvider) QueueMetrics {
+	prioritized := q.prio != nil || q.tab.leveled
+	if ap, ok := mp.(ReadyAgeMetricsProvider); ok {
+		var byPriority func(map[int]int)
+		if prioritized {
+			byPriority = q.dirtyByPriority
+		}
+		return ap.NewReadyAgeQueueMetrics(name, q.Stats, byPriority, func(m map[int]time.Duration) { q.ReadyAges(m) })
+	}
+	if pm, ok := mp.(PriorityMetricsProvider); ok && prioritized {
+		return pm.NewPriorityQueueMetrics(name, q.Stats, q.dirtyByPriority)
+	}
+	return mp.NewQueueMetrics(name, q.Stats)
 }
 
 // metricsFor returns the provider a queue named name with Config.Metrics m

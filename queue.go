@@ -130,11 +130,7 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		q.tab.storeOrder = true
 	}
 	if mp := metricsFor(cfg.Name, cfg.Metrics); mp != nil {
-		if pm, ok := mp.(PriorityMetricsProvider); ok && (q.prio != nil || q.tab.leveled) {
-			q.metrics = pm.NewPriorityQueueMetrics(cfg.Name, q.Stats, q.dirtyByPriority)
-		} else {
-			q.metrics = mp.NewQueueMetrics(cfg.Name, q.Stats)
-		}
+		q.metrics = q.newMetrics(cfg.Name, mp)
 		// Metrics keep every key's dirty time or run start, in the
 		// key table's timed columns.
 		q.tab.timed = q.metrics != nil

@@ -90,6 +90,9 @@ func TestBrowserRendersPage(t *testing.T) {
 	require.Equal(t, []string{"default/broken", quoteKey}, cells(dom, "requeues"),
 		"the keys with the most requeues first")
 	require.Equal(t, []string{"default/next"}, cells(dom, "ready"))
+	require.Equal(t, []string{"0"}, column(dom, "ages", "prio"),
+		"the ready age of the one level, priority 0 for a FIFO")
+	require.Len(t, column(dom, "ages", "age"), 1)
 }
 
 // The browser test skips, rather than fails, where no browser is found,

@@ -1,6 +1,8 @@
 // Package debug serves a page that shows what work queues are doing: for
-// each queue its Stats, the keys being processed the longest, the keys due
-// soonest, the keys that failed the most and the next ready keys. Mount it
+// each queue its Stats, how long each priority level's next key has been
+// ready (workqueue.Queue.ReadyAges: a level that keeps growing is starved),
+// the keys being processed the longest, the keys due soonest, the keys
+// that failed the most and the next ready keys. Mount it
 // next to pprof, on an address only operators can reach:
 //
 //	mux.Handle("/debug/workqueue", debug.NewHandler(debug.Options{},
@@ -23,6 +25,7 @@
 package debug
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -49,7 +52,14 @@ type Inspectable[T comparable] interface {
 type Source struct {
 	name     string
 	snapshot func(lim workqueue.InspectLimits) (workqueue.Stats, []Key)
-	requeues func(n int) []Key // nil unless the queue counts requeues
+	requeues func(n int) []Key                  // nil unless the queue counts requeues
+	ages     func(m map[int]time.Duration) bool // nil unless the queue has ReadyAges
+}
+
+// ager is what a *workqueue.Queue[T] (and so a RateLimitingQueue) has
+// beyond Inspectable: the ready age of each priority level.
+type ager interface {
+	ReadyAges(m map[int]time.Duration) bool
 }
 
 // ranker is what a *workqueue.RateLimitingQueue[T] adds: its keys with the
@@ -88,6 +98,9 @@ func Queue[T comparable](name string, q Inspectable[T], format func(T) string) S
 	}
 	if r, ok := q.(ranker[T]); ok {
 		src.requeues = func(n int) []Key { return keys(r.MostRequeued(n)) }
+	}
+	if a, ok := q.(ager); ok {
+		src.ages = a.ReadyAges
 	}
 	return src
 }
@@ -141,6 +154,14 @@ type Page struct {
 type QueueView struct {
 	Name  string `json:"name"`
 	Stats Stats  `json:"stats"`
+	// ReadyAges holds, for each priority level with a ready key, highest
+	// first, how long the key the level hands out next has been ready.
+	// ReadyAgesMeasured reports whether the queue measures it: only with
+	// metrics, and a FIFO, NewPriorityStore or NewFairPriorityStore (see
+	// workqueue.Queue.ReadyAges). Read just after Stats, under a second
+	// brief lock of the queue.
+	ReadyAges         []ReadyAge `json:"readyAges"`
+	ReadyAgesMeasured bool       `json:"readyAgesMeasured"`
 	// Processing holds the keys being processed, oldest run first (in no
 	// particular order when the queue has no metrics).
 	Processing []Key `json:"processing"`
@@ -165,6 +186,17 @@ type Stats struct {
 	Dirty                 int     `json:"dirty"`
 	UnfinishedWorkSeconds float64 `json:"unfinishedWorkSeconds"`
 	LongestRunningSeconds float64 `json:"longestRunningSeconds"`
+}
+
+// ReadyAge is one priority level of a queue on the page.
+type ReadyAge struct {
+	Priority   int     `json:"priority"`
+	AgeSeconds float64 `json:"ageSeconds"`
+}
+
+// Age returns the age, rounded for people.
+func (a ReadyAge) Age() string {
+	return human(time.Duration(a.AgeSeconds * float64(time.Second)))
 }
 
 // Key is one key on the page.
@@ -248,6 +280,7 @@ func (h *Handler) view(src Source, n int, now time.Time) QueueView {
 			LongestRunningSeconds: s.LongestRunning.Seconds(),
 		},
 		RateLimited: src.requeues != nil,
+		ReadyAges:   []ReadyAge{},
 		Processing:  []Key{},
 		Waiting:     []Key{},
 		Ready:       []Key{},
@@ -262,6 +295,14 @@ func (h *Handler) view(src Source, n int, now time.Time) QueueView {
 		case "ready":
 			v.Ready = append(v.Ready, k)
 		}
+	}
+	if src.ages != nil {
+		m := map[int]time.Duration{}
+		v.ReadyAgesMeasured = src.ages(m)
+		for prio, d := range m {
+			v.ReadyAges = append(v.ReadyAges, ReadyAge{Priority: prio, AgeSeconds: d.Seconds()})
+		}
+		slices.SortFunc(v.ReadyAges, func(a, b ReadyAge) int { return cmp.Compare(b.Priority, a.Priority) })
 	}
 	v.MostRequeued = make([]Key, len(ranked))
 	for i := range ranked {
@@ -367,6 +408,12 @@ td.key { font-family: ui-monospace, Menlo, Consolas, monospace; max-width: 48em;
 <tr><th>ready</th><th>waiting</th><th>processing</th><th>dirty</th><th>longest running</th><th>unfinished work</th></tr>
 <tr><td class="num">{{.Stats.Ready}}</td><td class="num">{{.Stats.Waiting}}</td><td class="num">{{.Stats.Processing}}</td><td class="num">{{.Stats.Dirty}}</td><td class="num">{{printf "%.3fs" .Stats.LongestRunningSeconds}}</td><td class="num">{{printf "%.3fs" .Stats.UnfinishedWorkSeconds}}</td></tr>
 </table>
+
+<h3>Ready, by priority: how long the next key has waited</h3>
+{{if .ReadyAges}}<table class="ages">
+<tr><th>priority</th><th>next key ready for</th></tr>
+{{range .ReadyAges}}<tr><td class="num prio">{{.Priority}}</td><td class="num age">{{.Age}}</td></tr>
+{{end}}</table>{{else if .ReadyAgesMeasured}}<p class="none">no key is ready</p>{{else}}<p class="none">not measured: the queue needs metrics, and a FIFO or priority store</p>{{end}}
 
 <h3>Processing, oldest first</h3>
 {{if .Processing}}<table class="processing">

@@ -154,6 +154,56 @@ func cells(page, class string) []string {
 	return out
 }
 
+// column returns the text of the cells of class col in the table of class
+// class of page.
+func column(page, class, col string) []string {
+	m := regexp.MustCompile(`(?s)<table class="` + class + `">(.*?)</table>`).FindStringSubmatch(page)
+	if m == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range regexp.MustCompile(`(?s)<td class="num `+col+`">(.*?)</td>`).FindAllStringSubmatch(m[1], -1) {
+		out = append(out, html.UnescapeString(c[1]))
+	}
+	return out
+}
+
+// TestReadyAges checks the ready ages on the page: per priority, highest
+// first, in JSON and HTML; "not measured" for a queue without metrics.
+func TestReadyAges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := workqueue.NewWithConfig(workqueue.Config[string]{Name: "q", Metrics: nopProvider{}, Store: workqueue.NewPriorityStore[string]()})
+		q.AddWithPriority("resync", -100)
+		time.Sleep(90 * time.Second)
+		q.Add("event")
+		time.Sleep(time.Second)
+		plain := workqueue.New[string]()
+		plain.Add("a")
+		h := debug.NewHandler(debug.Options{}, debug.Queue("q", q, nil), debug.Queue("plain", plain, nil))
+
+		p := h.Snapshot(0)
+		require.True(t, p.Queues[0].ReadyAgesMeasured)
+		require.Equal(t, []debug.ReadyAge{{Priority: 0, AgeSeconds: 1}, {Priority: -100, AgeSeconds: 91}}, p.Queues[0].ReadyAges,
+			"each level's next key, highest priority first")
+		require.False(t, p.Queues[1].ReadyAgesMeasured, "a queue without metrics keeps no times")
+		require.Empty(t, p.Queues[1].ReadyAges)
+
+		code, body := get(t, h, "/debug/workqueue")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, []string{"0", "-100"}, column(body, "ages", "prio"))
+		require.Equal(t, []string{"1s", "1m31s"}, column(body, "ages", "age"))
+		require.Contains(t, body, "not measured: the queue needs metrics")
+
+		k, _ := q.Get()
+		q.Done(k)
+		k, _ = q.Get()
+		q.Done(k)
+		_, body = get(t, h, "/debug/workqueue")
+		require.Contains(t, body, "no key is ready", "measured, and empty")
+		q.ShutDown()
+	})
+}
+
 func TestOptionsAndErrors(t *testing.T) {
 	q := workqueue.New[string]()
 	for i := range 100 {

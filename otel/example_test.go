@@ -60,6 +60,12 @@ func ExampleNewProvider() {
 				}
 			case metricdata.Gauge[float64]:
 				for _, p := range d.DataPoints {
+					if m.Name == wqotel.OldestReadyName {
+						// A clock reading: how long default/api has
+						// been ready.
+						lines = append(lines, fmt.Sprintf("%s{%s} >0: %t", m.Name, p.Attributes.Encoded(enc), p.Value > 0))
+						continue
+					}
 					lines = append(lines, fmt.Sprintf("%s{%s} %g", m.Name, p.Attributes.Encoded(enc), p.Value))
 				}
 			case metricdata.Histogram[float64]:
@@ -78,6 +84,7 @@ func ExampleNewProvider() {
 	// workqueue.delayed_items{name=deployments} 1
 	// workqueue.depth{name=deployments} 1
 	// workqueue.longest_running_processor{name=deployments} 0
+	// workqueue.oldest_ready{name=deployments,priority=0} >0: true
 	// workqueue.queue.duration{name=deployments} count=1
 	// workqueue.retries{name=deployments} 1
 	// workqueue.unfinished_work{name=deployments} 0

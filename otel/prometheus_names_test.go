@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,8 +26,13 @@ import (
 // adds do not get in the way of queries by name. The two agree at idle (but
 // for the histograms, which the SDK reports from their first event), at
 // work, and once the queues have shut down, when both keep every series
-// with the gauges at 0.
+// with the gauges at 0. The test runs in a bubble, so that both read the
+// same clock: the ready ages agree to the nanosecond.
 func TestPrometheusExporterNames(t *testing.T) {
+	synctest.Test(t, testPrometheusExporterNames)
+}
+
+func testPrometheusExporterNames(t *testing.T) {
 	viaOTel := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(viaOTel), otelprom.WithoutTargetInfo())
 	require.NoError(t, err)
@@ -78,11 +84,16 @@ func TestPrometheusExporterNames(t *testing.T) {
 		return out
 	}
 	gauges := []string{"workqueue_depth", "workqueue_delayed_items",
-		"workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds"}
+		"workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds",
+		"workqueue_oldest_ready_seconds"}
 	histograms := []string{"workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"}
 	compare := func(phase string, histogramsYet bool) map[string]family {
 		got, want := read(viaOTel), read(direct)
-		require.Len(t, want, 8, "%s: the Prometheus adapter's eight series", phase)
+		if histogramsYet {
+			require.Len(t, want, 9, "%s: the Prometheus adapter's nine series", phase)
+		} else {
+			require.Len(t, want, 8, "%s: the Prometheus adapter's series but the ready age: no key was ever ready", phase)
+		}
 		for name, w := range want {
 			g, ok := got[name]
 			if !histogramsYet && slices.Contains(histograms, name) {
@@ -95,6 +106,9 @@ func TestPrometheusExporterNames(t *testing.T) {
 			require.Equal(t, w.typ, g.typ, "%s: %s type", phase, name)
 			require.Equal(t, w.value, g.value, "%s: %s value", phase, name)
 			require.Contains(t, g.labels, "name", "%s: %s has the name label", phase, name)
+			if name == "workqueue_oldest_ready_seconds" {
+				require.Contains(t, g.labels, "priority", "%s: %s has the priority label", phase, name)
+			}
 		}
 		if histogramsYet {
 			require.Len(t, got, len(want), "%s: nothing else is exported", phase)
@@ -115,7 +129,8 @@ func TestPrometheusExporterNames(t *testing.T) {
 		q.Done(k)
 		q.AddAfter("c", time.Hour)
 	}
-	compare("at work", true)
+	time.Sleep(time.Second)
+	require.Equal(t, 1.0, compare("at work", true)["workqueue_oldest_ready_seconds"].value, "b has been ready for a second")
 
 	// Shut down once idle: both keep every series, the gauges at 0, as
 	// client-go's do (and each scrape after it, too).

@@ -18,8 +18,11 @@
 //	workqueue.longest_running_processor  async Gauge          s       age of the oldest key being processed
 //	workqueue.retries                    async Counter        {item}  AddAfter calls (so every AddRateLimited)
 //	workqueue.delayed_items              async UpDownCounter  {item}  keys waiting for an AddAfter deadline
+//	workqueue.oldest_ready               async Gauge          s       per priority: how long the key Get hands out next at that priority has been ready
 //
-// Every measurement has one attribute, name, set to Config.Name. The meter
+// Every measurement has one attribute, name, set to Config.Name;
+// workqueue.oldest_ready has a second, priority (PriorityKey), bounded as
+// the Prometheus adapter bounds its label (see its package doc). The meter
 // is named after this package's import path. The module README gives the
 // reasons for each name, instrument kind and the histograms' bucket
 // boundaries.
@@ -63,6 +66,12 @@ const ScopeName = "github.com/go-coalesce/workqueue/otel"
 // NameKey is the attribute that names the queue: Config.Name.
 const NameKey = attribute.Key("name")
 
+// PriorityKey is the attribute of workqueue.oldest_ready that names a
+// priority level: the priority in decimal, or "exceeded_cardinality_limit"
+// for every priority of a name that has shown more than 25, as
+// controller-runtime labels its depth.
+const PriorityKey = attribute.Key("priority")
+
 // The metric names, for views and for readers of the data (see the package
 // doc for what each measures).
 const (
@@ -82,6 +91,9 @@ const (
 	RetriesName = "workqueue.retries"
 	// DelayedItemsName: keys waiting for an AddAfter deadline.
 	DelayedItemsName = "workqueue.delayed_items"
+	// OldestReadyName: per priority level, how long the key Get hands
+	// out next at that priority has been ready (workqueue.Queue.ReadyAges).
+	OldestReadyName = "workqueue.oldest_ready"
 )
 
 // DurationBoundaries returns, in a new slice, the bucket boundaries in
@@ -139,6 +151,7 @@ type Provider struct {
 	delayed      metric.Int64ObservableUpDownCounter
 	unfinished   metric.Float64ObservableUpDownCounter
 	longest      metric.Float64ObservableGauge
+	oldestReady  metric.Float64ObservableGauge
 	reg          metric.Registration
 
 	// The queues whose gauges are observed, by name: the rules above
@@ -155,6 +168,10 @@ type Provider struct {
 
 	mu     sync.Mutex // protects byName
 	byName map[string]*nameState
+
+	// ages holds the queues that report workqueue.oldest_ready, by name,
+	// and each name's priorities (bounded as the Ages say).
+	ages metricsbook.Ages[string]
 }
 
 // nameState is what all queues of one name share: the attribute option,
@@ -181,9 +198,13 @@ type queueMetrics struct {
 	name       *nameState
 	recordOpts []metric.RecordOption
 	live       *metricsbook.Queue[*nameState]
+	aged       *metricsbook.Queue[metricsbook.AgeSource[string]] // nil without ready ages
 }
 
-var _ workqueue.MetricsProvider = (*Provider)(nil)
+var (
+	_ workqueue.MetricsProvider         = (*Provider)(nil)
+	_ workqueue.ReadyAgeMetricsProvider = (*Provider)(nil)
+)
 
 // NewProvider returns a Provider whose instruments come from
 // mp.Meter(ScopeName), with its callback registered. Use
@@ -249,8 +270,13 @@ func NewProvider(mp metric.MeterProvider) (*Provider, error) {
 		metric.WithDescription("How long the longest running item of the workqueue has been processed.")); err != nil {
 		return nil, fail(LongestRunningProcessorName, err)
 	}
+	if p.oldestReady, err = m.Float64ObservableGauge(OldestReadyName,
+		metric.WithUnit("s"),
+		metric.WithDescription("How long the item that the workqueue hands out next at each priority has been waiting. A value that keeps growing means the priority is not being served.")); err != nil {
+		return nil, fail(OldestReadyName, err)
+	}
 	if p.reg, err = m.RegisterCallback(p.observe,
-		p.adds, p.retries, p.depth, p.delayed, p.unfinished, p.longest); err != nil {
+		p.adds, p.retries, p.depth, p.delayed, p.unfinished, p.longest, p.oldestReady); err != nil {
 		return nil, fail("RegisterCallback", err)
 	}
 	return p, nil
@@ -264,6 +290,7 @@ func NewProvider(mp metric.MeterProvider) (*Provider, error) {
 func (p *Provider) Unregister() error {
 	err := p.reg.Unregister()
 	p.book.Close()
+	p.ages.Close()
 	return err
 }
 
@@ -296,6 +323,15 @@ func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) wo
 	}
 }
 
+// NewReadyAgeQueueMetrics implements workqueue.ReadyAgeMetricsProvider:
+// NewQueueMetrics, and the queue's ready ages in workqueue.oldest_ready.
+// byPriority is not used: depth has no priority attribute here.
+func (p *Provider) NewReadyAgeQueueMetrics(name string, stats func() workqueue.Stats, _ func(map[int]int), readyAges func(map[int]time.Duration)) workqueue.QueueMetrics {
+	m := p.NewQueueMetrics(name, stats).(*queueMetrics)
+	m.aged = p.ages.Add(name, stats, readyAges)
+	return m
+}
+
 // observe is the Provider's callback: it reads the Stats of every live
 // queue and observes, for every name a queue has had, in the order the
 // names first had one, the counters and the gauges (0 for a name with no
@@ -316,6 +352,11 @@ func (p *Provider) observe(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(p.delayed, int64(g.Delayed), attr)
 		o.ObserveFloat64(p.unfinished, g.Unfinished.Seconds(), attr)
 		o.ObserveFloat64(p.longest, g.Longest.Seconds(), attr)
+	}
+	// A collection is rare beside the events: the attribute sets of the
+	// age series, at most 26 per name, are built here each time.
+	for _, a := range p.ages.Series() {
+		o.ObserveFloat64(p.oldestReady, a.Age.Seconds(), metric.WithAttributes(NameKey.String(a.Key), PriorityKey.String(a.Priority)))
 	}
 	return nil
 }
@@ -353,4 +394,9 @@ func (m *queueMetrics) Worked(d time.Duration) {
 
 // ShutDown implements workqueue.QueueMetrics. It only marks the queue: the
 // next collections decide, from Stats, when it is released (see Provider).
-func (m *queueMetrics) ShutDown() { m.live.ShutDown() }
+func (m *queueMetrics) ShutDown() {
+	m.live.ShutDown()
+	if m.aged != nil {
+		m.aged.ShutDown()
+	}
+}

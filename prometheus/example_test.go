@@ -38,10 +38,15 @@ func ExampleNewProvider() {
 	}
 	defer resp.Body.Close()
 
-	// Print the samples, leaving out histogram buckets and sums.
+	// Print the samples, leaving out histogram buckets and sums, and
+	// the value of the ready age, which is a clock reading: how long
+	// default/api has been ready.
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
+		if strings.HasPrefix(line, "workqueue_oldest_ready_seconds") {
+			line, _, _ = strings.Cut(line, " ")
+		}
 		if strings.HasPrefix(line, "workqueue_") &&
 			!strings.Contains(line, "_bucket") && !strings.Contains(line, "_sum") {
 			fmt.Println(line)
@@ -52,6 +57,7 @@ func ExampleNewProvider() {
 	// workqueue_delayed_items{name="deployments"} 1
 	// workqueue_depth{name="deployments"} 1
 	// workqueue_longest_running_processor_seconds{name="deployments"} 0
+	// workqueue_oldest_ready_seconds{name="deployments",priority="0"}
 	// workqueue_queue_duration_seconds_count{name="deployments"} 1
 	// workqueue_retries_total{name="deployments"} 1
 	// workqueue_unfinished_work_seconds{name="deployments"} 0

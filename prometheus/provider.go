@@ -12,12 +12,23 @@
 //	workqueue_longest_running_processor_seconds  gauge      age of the oldest key being processed
 //	workqueue_retries_total                      counter    AddAfter calls (so every AddRateLimited)
 //	workqueue_delayed_items                      gauge      keys waiting for an AddAfter deadline
+//	workqueue_oldest_ready_seconds               gauge      per priority: how long the key Get hands out next at that priority has been ready
 //
 // Every metric has one label, name, set to Config.Name. Both histograms use
 // the buckets 1e-8, 1e-7, …, 10 seconds (ExponentialBuckets(10e-9, 10, 10)).
 // workqueue_delayed_items is not in client-go: it is the name proposed for
 // the same gauge in kubernetes/kubernetes#135543, so that it will line up if
 // Kubernetes adds it.
+//
+// workqueue_oldest_ready_seconds is ours (see workqueue.Queue.ReadyAges):
+// it has a second label, priority, and a series per priority level that has
+// had a ready key, so a level that Get passes over (a low priority starved
+// by a steady stream of higher ones) shows an age that keeps growing. The
+// priority label is bounded as controller-runtime bounds its depth's: once
+// a name has shown more than 25 distinct priorities, its ages are reported
+// under the single value "exceeded_cardinality_limit" (the largest age).
+// Only queues that measure the ages report it: a plain FIFO, or a
+// NewPriorityStore or NewFairPriorityStore one.
 //
 // The gauges are computed when they are scraped, from the queue's Stats, so
 // they are exact at that moment (also while a worker is stuck) and no
@@ -43,8 +54,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The label that names the queue, as in client-go.
-const nameLabel = "name"
+// The label that names the queue, as in client-go, and the one that names
+// a priority, as in controller-runtime.
+const (
+	nameLabel     = "name"
+	priorityLabel = "priority"
+)
 
 // Provider makes the Prometheus metrics of queues: set it as
 // workqueue.Config.Metrics, together with a Config.Name. One Provider serves
@@ -83,6 +98,7 @@ type Provider struct {
 	delayed      *prom.Desc
 	unfinished   *prom.Desc
 	longest      *prom.Desc
+	oldestReady  *prom.Desc
 
 	// The queues whose gauges are reported, by name, and every name that
 	// has had one: the rules above (sums, the larger longest, when a
@@ -90,6 +106,9 @@ type Provider struct {
 	// the Book's.
 	book  metricsbook.Book[string]
 	names metricsbook.Keys[string]
+	// ages holds the queues that report workqueue_oldest_ready_seconds,
+	// and the priority labels of each name (bounded as the Ages say).
+	ages metricsbook.Ages[string]
 }
 
 // queueMetrics receives the events of one queue. The children of the vecs
@@ -101,11 +120,13 @@ type queueMetrics struct {
 	queueLatency prom.Observer
 	workDuration prom.Observer
 	live         *metricsbook.Queue[string]
+	aged         *metricsbook.Queue[metricsbook.AgeSource[string]] // nil without ready ages
 }
 
 var (
-	_ workqueue.MetricsProvider = (*Provider)(nil)
-	_ prom.Collector            = (*Provider)(nil)
+	_ workqueue.MetricsProvider         = (*Provider)(nil)
+	_ workqueue.ReadyAgeMetricsProvider = (*Provider)(nil)
+	_ prom.Collector                    = (*Provider)(nil)
 )
 
 // NewProvider returns a Provider registered with reg. Like
@@ -162,6 +183,11 @@ func NewProvider(reg prom.Registerer) *Provider {
 			"How many seconds has the longest running processor for "+
 				"workqueue been running.",
 			labels, nil),
+		oldestReady: prom.NewDesc("workqueue_oldest_ready_seconds",
+			"How many seconds the item that workqueue hands out next at each "+
+				"priority has been waiting. A value that keeps growing means "+
+				"the priority is not being served.",
+			[]string{nameLabel, priorityLabel}, nil),
 	}
 	if reg != nil {
 		reg.MustRegister(p)
@@ -183,6 +209,16 @@ func (p *Provider) NewQueueMetrics(name string, stats func() workqueue.Stats) wo
 	}
 }
 
+// NewReadyAgeQueueMetrics implements workqueue.ReadyAgeMetricsProvider:
+// NewQueueMetrics, and the queue's ready ages in
+// workqueue_oldest_ready_seconds. byPriority is not used: depth has no
+// priority label here.
+func (p *Provider) NewReadyAgeQueueMetrics(name string, stats func() workqueue.Stats, _ func(map[int]int), readyAges func(map[int]time.Duration)) workqueue.QueueMetrics {
+	m := p.NewQueueMetrics(name, stats).(*queueMetrics)
+	m.aged = p.ages.Add(name, stats, readyAges)
+	return m
+}
+
 // Describe implements prometheus.Collector.
 func (p *Provider) Describe(ch chan<- *prom.Desc) {
 	p.adds.Describe(ch)
@@ -193,6 +229,7 @@ func (p *Provider) Describe(ch chan<- *prom.Desc) {
 	ch <- p.delayed
 	ch <- p.unfinished
 	ch <- p.longest
+	ch <- p.oldestReady
 }
 
 // Collect implements prometheus.Collector. It reads the Stats of every live
@@ -212,6 +249,9 @@ func (p *Provider) Collect(ch chan<- prom.Metric) {
 	collectWritten(p.queueLatency, ch)
 	collectWritten(p.workDuration, ch)
 	p.collectGauges(ch)
+	for _, a := range p.ages.Series() {
+		ch <- prom.MustNewConstMetric(p.oldestReady, prom.GaugeValue, a.Age.Seconds(), a.Key, a.Priority)
+	}
 }
 
 // collectWritten collects c into ch with each metric's value written at
@@ -273,4 +313,9 @@ func (m *queueMetrics) Worked(d time.Duration) { m.workDuration.Observe(d.Second
 
 // ShutDown implements workqueue.QueueMetrics. It only marks the queue: the
 // next scrapes decide, from Stats, when it is released (see Provider).
-func (m *queueMetrics) ShutDown() { m.live.ShutDown() }
+func (m *queueMetrics) ShutDown() {
+	m.live.ShutDown()
+	if m.aged != nil {
+		m.aged.ShutDown()
+	}
+}
