@@ -301,6 +301,7 @@ func (g *scaleRing) rollout() {
 	g.each(fresh, "run")
 	readyAt := map[string]time.Time{}
 	start := time.Now()
+	var events []string
 	for len(old) > 0 {
 		reps := g.each(g.live(), "status")
 		g.gaps.poll(reps)
@@ -311,12 +312,14 @@ func (g *scaleRing) rollout() {
 			}
 			if _, ok := readyAt[rep.Identity]; !ok && rep.Ready {
 				readyAt[rep.Identity] = time.Now()
+				events = append(events, fmt.Sprintf("%s Ready %v", rep.Identity, time.Since(start).Round(10*time.Millisecond)))
 			}
 			if at, ok := readyAt[rep.Identity]; ok && time.Since(at) >= scaleMinReady {
 				avail++
 			}
 		}
 		for len(old) > 0 && avail+len(old)-1 >= n {
+			events = append(events, fmt.Sprintf("%s deleted %v", old[0], time.Since(start).Round(10*time.Millisecond)))
 			g.leaveAsync(old[0])
 			old = old[1:]
 		}
@@ -325,6 +328,7 @@ func (g *scaleRing) rollout() {
 		}
 		time.Sleep(scalePoll)
 	}
+	g.t.Logf("FIGURES filter=%s rollout, from the start of the new replicas: %s", g.mode, strings.Join(events, ", "))
 }
 
 // stopAll stops every child still running, gracefully.
@@ -375,7 +379,7 @@ func (g *scaleRing) phase(name string, change func()) {
 	row.loadAfter = loadavg()
 	measured := g.each(g.live(), "measure")
 	g.leaving.Wait()
-	row.moves = newScaleMoves(append(slices.Clone(g.departed), measured...), last)
+	row.moves = newScaleMoves(append(slices.Clone(g.departed), measured...), last, start)
 	for _, o := range row.moves.overlaps {
 		t.Errorf("%s: %s", name, o)
 	}
@@ -462,11 +466,12 @@ func (g *scaleGaps) String() string {
 // shard at once.
 type scaleMoves struct {
 	gaps     []time.Duration
+	slow     []string // the moves whose gap is over a second, in order of time
 	overlaps []string
 	missing  int // shards held at the settle by a replica that ran none of their keys
 }
 
-func newScaleMoves(reps, last []scaleReport) scaleMoves {
+func newScaleMoves(reps, last []scaleReport, start time.Time) scaleMoves {
 	type run struct {
 		id string
 		scaleSpan
@@ -480,6 +485,11 @@ func newScaleMoves(reps, last []scaleReport) scaleMoves {
 		}
 	}
 	var m scaleMoves
+	type slow struct {
+		at   int64
+		what string
+	}
+	var slows []slow
 	holder := map[int]string{}
 	for _, rep := range last {
 		for _, s := range rep.Shards {
@@ -499,6 +509,10 @@ func newScaleMoves(reps, last []scaleReport) scaleMoves {
 				m.overlaps = append(m.overlaps, fmt.Sprintf("shard %d: %s ran it %v before %s's last run ended", s, r.id, -gap, prev.id))
 			}
 			m.gaps = append(m.gaps, gap)
+			if gap > time.Second {
+				rel := func(ns int64) time.Duration { return time.Unix(0, ns).Sub(start).Round(10 * time.Millisecond) }
+				slows = append(slows, slow{prev.To, fmt.Sprintf("shard %d %s→%s %v→%v", s, prev.id, r.id, rel(prev.To), rel(r.From))})
+			}
 			prev = r
 		}
 		if h, ok := holder[s]; ok && h != prev.id {
@@ -506,6 +520,10 @@ func newScaleMoves(reps, last []scaleReport) scaleMoves {
 		}
 	}
 	slices.Sort(m.gaps)
+	slices.SortFunc(slows, func(a, b slow) int { return cmp.Compare(a.at, b.at) })
+	for _, sl := range slows {
+		m.slow = append(m.slow, sl.what)
+	}
 	return m
 }
 
@@ -513,8 +531,8 @@ func (m scaleMoves) String() string {
 	if len(m.gaps) == 0 {
 		return fmt.Sprintf("0 moves (%d unmeasured)", m.missing)
 	}
-	return fmt.Sprintf("%d moves, gap from the holder's last run to the taker's first p50 %v, max %v (%d unmeasured)",
-		len(m.gaps), m.gaps[len(m.gaps)/2].Round(10*time.Millisecond), m.gaps[len(m.gaps)-1].Round(10*time.Millisecond), m.missing)
+	return fmt.Sprintf("%d moves, gap from the holder's last run to the taker's first p50 %v, max %v (%d unmeasured); over 1 s (holder's last run → taker's first, from the change): [%s]",
+		len(m.gaps), m.gaps[len(m.gaps)/2].Round(10*time.Millisecond), m.gaps[len(m.gaps)-1].Round(10*time.Millisecond), m.missing, strings.Join(m.slow, ", "))
 }
 
 // settled describes the first way the ring is not settled, or returns "".
