@@ -123,7 +123,7 @@ func TestScaleShardedCache(t *testing.T) {
 			newcomer := fmt.Sprintf("r%d", scaleReplicas)
 			g.start(newcomer)
 			g.phase("r16 joins", func() { g.each([]string{newcomer}, "run") })
-			g.phase("rolling update of all 16 (maxSurge 100%, maxUnavailable 0, minReadySeconds 10)", func() { g.rollout() })
+			g.phase(fmt.Sprintf("rolling update of all 16 (maxSurge 100%%, maxUnavailable 0, minReadySeconds %v)", scaleMinReady.Seconds()), func() { g.rollout() })
 			g.phase(scaleLeaver+" leaves gracefully", func() { g.leave(scaleLeaver) })
 			g.logTable(time.Since(began))
 		})
@@ -278,13 +278,14 @@ func (g *scaleRing) leaveAsync(id string) {
 	})
 }
 
-// scaleMinReady is the manifests' minReadySeconds
-// (sharding/examples/deployments/deploy/20-deployment.yaml).
-const scaleMinReady = 10 * time.Second
+// scaleMinReady is the rollout's minReadySeconds: the manifests' 10 s
+// (sharding/examples/deployments/deploy/20-deployment.yaml) by default.
+var scaleMinReady = flag.Duration("scale.minready", 10*time.Second, "the minReadySeconds of TestScaleShardedCache's rolling update")
 
 // rollout replaces every live replica by a new identity (u0, u1, …) as
 // the Deployment controller's rolling update does with the manifests'
-// strategy (maxSurge 100%, maxUnavailable 0, minReadySeconds 10), as
+// strategy (maxSurge 100%, maxUnavailable 0, minReadySeconds 10, or
+// -scale.minready), as
 // sharding/rollout_test.go plays it: every new pod is created at once;
 // an old pod is deleted (a graceful leave: SIGTERM cancels Run's context)
 // while at least as many pods as the Deployment's replicas stay
@@ -314,7 +315,7 @@ func (g *scaleRing) rollout() {
 				readyAt[rep.Identity] = time.Now()
 				events = append(events, fmt.Sprintf("%s Ready %v", rep.Identity, time.Since(start).Round(10*time.Millisecond)))
 			}
-			if at, ok := readyAt[rep.Identity]; ok && time.Since(at) >= scaleMinReady {
+			if at, ok := readyAt[rep.Identity]; ok && time.Since(at) >= *scaleMinReady {
 				avail++
 			}
 		}
