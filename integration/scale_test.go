@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -36,6 +37,9 @@ const (
 	// scaleReader the one whose reads are timed (never killed).
 	scaleKilled = "r1"
 	scaleReader = "r0"
+	// scaleLeaver leaves gracefully in the last phase; it is one of the
+	// replicas the rollout starts (u0 … u15), and u0 reads.
+	scaleLeaver = "u3"
 	// scalePoll is how often the parent asks every replica for its
 	// status while it waits for the ring to settle.
 	scalePoll = 250 * time.Millisecond
@@ -49,26 +53,33 @@ const (
 // Each replica is a process of its own (scalechild_test.go), so that its
 // heap is its own and this process's heap is the API server's and etcd's.
 //
-// Three phases: the 16 replicas start together; one is killed (its Run
+// Five phases: the 16 replicas start together; one is killed (its Run
 // skips the release, as a crash: the others wait out its Lease); a new
-// one joins. Each phase ends when the ring has settled: every shard
-// admitted (Replica.Shards) by exactly one live replica, none above its
-// fair share ⌈S/N⌉, every replica in the mode's Filtering, and every
-// replica's cache exactly the objects of its admitted shards (as many of
-// each shard as the data set holds, nothing else).
+// one joins; a rolling update replaces all 16 by new identities, as the
+// manifests' Deployment strategy does it (scaleRollout); one of the new
+// replicas leaves gracefully (its Run's context cancelled: it drains and
+// releases its shards by plan). Each phase ends when the ring has
+// settled: every shard admitted (Replica.Shards) by exactly one live
+// replica, none above its fair share ⌈S/N⌉, every replica in the mode's
+// Filtering, and every replica's cache exactly the objects of its
+// admitted shards (as many of each shard as the data set holds, nothing
+// else).
 //
 // For each phase the FIGURES table gives: the time to settle, from the
-// moment of the change (the start of every Run, the close of the killed
-// replica's stdin, the start of the newcomer's Run) to the first poll
-// (every 250 ms) that found the ring settled; this process's heap (see
-// apiHeap); the bytes each replica received from the change to the
-// settle, min/median/max over the live replicas, on the wire (TLS, after
-// the server's gzip) and decoded; each replica's live heap after two
-// collections at the settle minus its baseline (as
-// TestShardedCacheProofHeap), and the largest live heap a collection found
-// in it during the phase; and, during the kill and the join, the longest
-// read (Informer().GetIndexer().GetByKey) by r0 of an object of a shard it
-// held before and after the phase.
+// moment of the change (the start of every Run, the kill, the start of
+// the newcomer's Run, the start of the new replicas, the leave) to the
+// first poll (every 250 ms) that found the ring settled; the shards that
+// moved and, per moved shard, the gap from the holder's last admitted run
+// to the taker's first (p50 and max; see scaleMoves); per moved shard,
+// how long the parent's polls found it in no live replica's Shards()
+// (scaleGaps); this process's heap (see apiHeap); the bytes each replica
+// received from the change to the settle, min/median/max over the live
+// replicas, on the wire (TLS, after the server's gzip) and decoded; each
+// replica's live heap after two collections at the settle minus its
+// baseline (as TestShardedCacheProofHeap), and the largest live heap a
+// collection found in it during the phase; and the longest read
+// (Informer().GetIndexer().GetByKey) by the reader of an object of a
+// shard it held before and after the phase.
 //
 // It takes tens of minutes and gigabytes, so it runs only with
 // SHARDING_SCALE=1, and should run without -race for figures that mean
@@ -112,6 +123,8 @@ func TestScaleShardedCache(t *testing.T) {
 			newcomer := fmt.Sprintf("r%d", scaleReplicas)
 			g.start(newcomer)
 			g.phase("r16 joins", func() { g.each([]string{newcomer}, "run") })
+			g.phase(fmt.Sprintf("rolling update of all 16 (maxSurge 100%%, maxUnavailable 0, minReadySeconds %v)", scaleMinReady.Seconds()), func() { g.rollout() })
+			g.phase(scaleLeaver+" leaves gracefully", func() { g.leave(scaleLeaver) })
 			g.logTable(time.Since(began))
 		})
 	}
@@ -127,6 +140,14 @@ type scaleRing struct {
 	ns       string
 	children map[string]*scaleChild // the live ones
 	rows     []scaleRow
+	probes   []string // one key of each shard
+
+	// Of the phase under way: the polls' gaps, and the answers of the
+	// replicas that left or were killed during it (their runs' spans).
+	gaps     *scaleGaps
+	mu       sync.Mutex
+	departed []scaleReport
+	leaving  sync.WaitGroup
 }
 
 // scaleRow is one phase's figures.
@@ -134,6 +155,7 @@ type scaleRow struct {
 	phase                 string
 	settled               time.Duration
 	gaps                  string // scaleGaps
+	moves                 scaleMoves
 	apiBase, apiLivePeak  uint64
 	apiInUsePeak, apiLive uint64
 	wire, body            [3]int64 // min, median, max over the live replicas
@@ -149,13 +171,21 @@ func (g *scaleRing) start(ids ...string) {
 	t := g.t
 	t.Helper()
 	cfg := server.restConfig()
+	if g.probes == nil {
+		g.probes = make([]string, proofShards)
+		for i := 0; i < g.d.objects && slices.Contains(g.probes, ""); i++ {
+			if k := g.d.key(i); g.probes[g.d.shardOfKey(k)] == "" {
+				g.probes[g.d.shardOfKey(k)] = k
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(ids))
 	for i, id := range ids {
 		spec := scaleSpec{
 			Host: cfg.Host, Token: cfg.BearerToken, CA: cfg.CAData, ServerName: cfg.ServerName,
 			LabelSelector: g.d.selector(), Namespace: g.ns, Ring: "scale", Identity: id, Shards: proofShards,
-			SkipRelease: id == scaleKilled, Reader: id == scaleReader,
+			SkipRelease: id == scaleKilled, Reader: id == scaleReader || id == "u0", Probes: g.probes,
 		}
 		c, err := startScaleChild(spec)
 		require.NoError(t, err)
@@ -212,15 +242,94 @@ func (g *scaleRing) live() []string {
 	return ids
 }
 
-// kill closes the stdin of a replica started with SkipRelease: its Run
-// returns without releasing anything and the process exits.
-func (g *scaleRing) kill(id string) {
+// kill stops a replica started with SkipRelease: its Run returns without
+// releasing anything, as a crash (see scalechild_test.go, "leave").
+func (g *scaleRing) kill(id string) { g.leave(id) }
+
+// leave cancels the Run of replica id and waits for it to return and the
+// process to exit: a graceful leave (drained, released by plan), or a
+// crash if it was started with SkipRelease. Its answer (its runs' spans)
+// joins the phase's.
+func (g *scaleRing) leave(id string) {
+	g.leaveAsync(id)
+	g.leaving.Wait()
+}
+
+// leaveAsync is leave in the background: the phase waits for it before
+// its figures (g.leaving).
+func (g *scaleRing) leaveAsync(id string) {
 	c := g.children[id]
 	delete(g.children, id)
-	_ = c.stdin.Close()
-	if err := c.wait(time.Minute); err != nil {
-		g.t.Errorf("%s: %v\n%s", id, err, c.stderr.String())
+	g.leaving.Go(func() {
+		rep, err := c.ask("leave")
+		switch {
+		case err != nil:
+			g.t.Errorf("%s leave: %v\n%s", id, err, c.stderr.String())
+		case rep.Err != "":
+			g.t.Errorf("%s leave: %s", id, rep.Err)
+		}
+		g.mu.Lock()
+		g.departed = append(g.departed, rep)
+		g.mu.Unlock()
+		_ = c.stdin.Close()
+		if err := c.wait(time.Minute); err != nil {
+			g.t.Errorf("%s: %v\n%s", id, err, c.stderr.String())
+		}
+	})
+}
+
+// scaleMinReady is the rollout's minReadySeconds: the manifests' 10 s
+// (sharding/examples/deployments/deploy/20-deployment.yaml) by default.
+var scaleMinReady = flag.Duration("scale.minready", 10*time.Second, "the minReadySeconds of TestScaleShardedCache's rolling update")
+
+// rollout replaces every live replica by a new identity (u0, u1, …) as
+// the Deployment controller's rolling update does with the manifests'
+// strategy (maxSurge 100%, maxUnavailable 0, minReadySeconds 10, or
+// -scale.minready), as
+// sharding/rollout_test.go plays it: every new pod is created at once;
+// an old pod is deleted (a graceful leave: SIGTERM cancels Run's context)
+// while at least as many pods as the Deployment's replicas stay
+// available, a new pod counting once Ready (Replica.Ready, the readiness
+// probe) for minReadySeconds; an old pod stops counting once deleted.
+func (g *scaleRing) rollout() {
+	old := g.live()
+	n := len(old)
+	var fresh []string
+	for i := range n {
+		fresh = append(fresh, fmt.Sprintf("u%d", i))
 	}
+	g.start(fresh...)
+	g.each(fresh, "run")
+	readyAt := map[string]time.Time{}
+	start := time.Now()
+	var events []string
+	for len(old) > 0 {
+		reps := g.each(g.live(), "status")
+		g.gaps.poll(reps)
+		avail := 0
+		for _, rep := range reps {
+			if !slices.Contains(fresh, rep.Identity) {
+				continue
+			}
+			if _, ok := readyAt[rep.Identity]; !ok && rep.Ready {
+				readyAt[rep.Identity] = time.Now()
+				events = append(events, fmt.Sprintf("%s Ready %v", rep.Identity, time.Since(start).Round(10*time.Millisecond)))
+			}
+			if at, ok := readyAt[rep.Identity]; ok && time.Since(at) >= *scaleMinReady {
+				avail++
+			}
+		}
+		for len(old) > 0 && avail+len(old)-1 >= n {
+			events = append(events, fmt.Sprintf("%s deleted %v", old[0], time.Since(start).Round(10*time.Millisecond)))
+			g.leaveAsync(old[0])
+			old = old[1:]
+		}
+		if time.Since(start) > *scaleSettleTimeout {
+			g.t.Fatalf("rollout: %d old replicas left after %v", len(old), *scaleSettleTimeout)
+		}
+		time.Sleep(scalePoll)
+	}
+	g.t.Logf("FIGURES filter=%s rollout, from the start of the new replicas: %s", g.mode, strings.Join(events, ", "))
 }
 
 // stopAll stops every child still running, gracefully.
@@ -248,6 +357,8 @@ func (g *scaleRing) phase(name string, change func()) {
 	g.each(g.live(), "phase")
 	row.apiBase = g.heap.reset()
 	gaps := newScaleGaps(g.each(g.live(), "status"))
+	g.gaps = gaps
+	g.departed = nil
 	start := time.Now()
 	change()
 	var last []scaleReport
@@ -268,6 +379,11 @@ func (g *scaleRing) phase(name string, change func()) {
 	row.apiLive = liveHeap()
 	row.loadAfter = loadavg()
 	measured := g.each(g.live(), "measure")
+	g.leaving.Wait()
+	row.moves = newScaleMoves(append(slices.Clone(g.departed), measured...), last, start)
+	for _, o := range row.moves.overlaps {
+		t.Errorf("%s: %s", name, o)
+	}
 	var wire, body []int64
 	var heaps, peaks []uint64
 	for i, st := range last {
@@ -278,16 +394,16 @@ func (g *scaleRing) phase(name string, change func()) {
 		peaks = append(peaks, m.PeakLive-min(m.Baseline, m.PeakLive))
 		row.perReplica = append(row.perReplica, fmt.Sprintf("%s %v %d objects, %s on the wire (%s of it Leases), %s decoded, heap %s, peak %s",
 			st.Identity, st.Shards, st.Objects, mib(st.CacheWire+st.LeaseWire), mib(st.LeaseWire), mib(st.CacheBody+st.LeaseBody), mib(heaps[i]), mib(peaks[i])))
-		if m.Identity == scaleReader {
-			row.read = m
+		if m.Reads > 0 {
+			row.read = m // the reader's (r0, then u0 once r0 is gone)
 		}
 	}
 	row.wire, row.body = spread(wire), spread(body)
 	row.heap, row.peak = spread(heaps), spread(peaks)
 	row.gaps = gaps.String()
-	t.Logf("FIGURES filter=%s %s: settled in %v; moved shards unadmitted (gap, to the poll): %s; API server process heap: live %s at the change, peak live %s, peak in use %s, live %s after; replicas: %s; reads by %s of %d unmoved shards: %d, longest %v, p99.9 ≤ %v, %d found nothing; loadavg %s → %s",
-		g.mode, name, row.settled.Round(time.Millisecond), row.gaps, mib(row.apiBase), mib(row.apiLivePeak), mib(row.apiInUsePeak), mib(row.apiLive),
-		strings.Join(row.perReplica, "; "), scaleReader, len(row.read.ReadsShards), row.read.Reads, row.read.MaxRead, row.read.P999Read, row.read.ReadMisses,
+	t.Logf("FIGURES filter=%s %s: settled in %v; %s; moved shards in no replica's Shards() (to the poll): %s; API server process heap: live %s at the change, peak live %s, peak in use %s, live %s after; replicas: %s; reads by %q of %d unmoved shards: %d, longest %v, p99.9 ≤ %v, %d found nothing; loadavg %s → %s",
+		g.mode, name, row.settled.Round(time.Millisecond), row.moves, row.gaps, mib(row.apiBase), mib(row.apiLivePeak), mib(row.apiInUsePeak), mib(row.apiLive),
+		strings.Join(row.perReplica, "; "), row.read.Identity, len(row.read.ReadsShards), row.read.Reads, row.read.MaxRead, row.read.P999Read, row.read.ReadMisses,
 		row.loadBefore, row.loadAfter)
 	if row.read.ReadMisses > 0 {
 		t.Errorf("%s: %d reads of objects of unmoved shards found nothing", name, row.read.ReadMisses)
@@ -296,7 +412,8 @@ func (g *scaleRing) phase(name string, change func()) {
 }
 
 // scaleGaps measures, from the parent's status polls, how long each shard
-// that moved was admitted by no live replica: from the last poll that
+// that moved was admitted (Replica.Shards: held and synced) by no live
+// replica: from the last poll that
 // found it admitted to the first that found it admitted again. The polls
 // are scalePoll apart, so each gap is an upper bound, at most scalePoll
 // (and a poll's round trip) over the true one; a shard that was never
@@ -338,6 +455,87 @@ func (g *scaleGaps) String() string {
 	return fmt.Sprintf("%d, p50 %v, max %v", len(g.gaps), g.gaps[len(g.gaps)/2].Round(10*time.Millisecond), g.gaps[len(g.gaps)-1].Round(10*time.Millisecond))
 }
 
+// scaleMoves are the moves of a phase as the replicas' runs show them
+// (scalechild_test.go, scaleRuns): for each shard, the spans of every
+// replica's admitted runs of its keys, in order of time; two consecutive
+// spans of different replicas are a move, and its gap is from the end of
+// the holder's last run to the start of the taker's first. Every admitted
+// shard runs its probe key at least every scaleProbeEvery (100 ms), so a
+// gap is measured at most that much (plus the queue's latency) over the
+// time in which the shard's keys could run nowhere. A taker's first run
+// before the holder's last ended is an overlap: two replicas ran one
+// shard at once.
+type scaleMoves struct {
+	gaps     []time.Duration
+	slow     []string // the moves whose gap is over a second, in order of time
+	overlaps []string
+	missing  int // shards held at the settle by a replica that ran none of their keys
+}
+
+func newScaleMoves(reps, last []scaleReport, start time.Time) scaleMoves {
+	type run struct {
+		id string
+		scaleSpan
+	}
+	byShard := map[int][]run{}
+	for _, rep := range reps {
+		for s, spans := range rep.Spans {
+			for _, sp := range spans {
+				byShard[s] = append(byShard[s], run{rep.Identity, sp})
+			}
+		}
+	}
+	var m scaleMoves
+	type slow struct {
+		at   int64
+		what string
+	}
+	var slows []slow
+	holder := map[int]string{}
+	for _, rep := range last {
+		for _, s := range rep.Shards {
+			holder[s] = rep.Identity
+		}
+	}
+	for s, runs := range byShard {
+		slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(a.From, b.From) })
+		prev := runs[0]
+		for _, r := range runs[1:] {
+			if r.id == prev.id {
+				prev.To = max(prev.To, r.To)
+				continue
+			}
+			gap := time.Duration(r.From - prev.To)
+			if gap < 0 {
+				m.overlaps = append(m.overlaps, fmt.Sprintf("shard %d: %s ran it %v before %s's last run ended", s, r.id, -gap, prev.id))
+			}
+			m.gaps = append(m.gaps, gap)
+			if gap > time.Second {
+				rel := func(ns int64) time.Duration { return time.Unix(0, ns).Sub(start).Round(10 * time.Millisecond) }
+				slows = append(slows, slow{prev.To, fmt.Sprintf("shard %d %s→%s %v→%v", s, prev.id, r.id, rel(prev.To), rel(r.From))})
+			}
+			prev = r
+		}
+		if h, ok := holder[s]; ok && h != prev.id {
+			m.missing++
+		}
+	}
+	slices.Sort(m.gaps)
+	slices.SortFunc(slows, func(a, b slow) int { return cmp.Compare(a.at, b.at) })
+	for _, sl := range slows {
+		m.slow = append(m.slow, sl.what)
+	}
+	return m
+}
+
+func (m scaleMoves) String() string {
+	if len(m.gaps) == 0 {
+		return fmt.Sprintf("0 moves (%d unmeasured)", m.missing)
+	}
+	return fmt.Sprintf("%d moves, gap from the holder's last run to the taker's first p50 %v, max %v (%d unmeasured); over 1 s (holder's last run → taker's first, from the change): [%s]",
+		len(m.gaps), m.gaps[len(m.gaps)/2].Round(10*time.Millisecond), m.gaps[len(m.gaps)-1].Round(10*time.Millisecond), m.missing, strings.Join(m.slow, ", "))
+}
+
 // settled describes the first way the ring is not settled, or returns "".
 func (g *scaleRing) settled(reps []scaleReport) string {
 	holder := make([]string, proofShards)
@@ -375,15 +573,22 @@ func (g *scaleRing) logTable(took time.Duration) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "FIGURES table, filter=%s, %d ConfigMaps, %d replicas, %d shards, %s, the mode's run took %v:\n",
 		g.mode, g.d.objects, scaleReplicas, proofShards, runtime.Version(), took.Round(time.Second))
-	b.WriteString("| phase | settled in | moved shards unadmitted (count, p50, max; to the 250 ms poll) | API server process heap: live at change / peak live / peak in use | bytes received per replica, wire (min / median / max) | decoded | replica live heap at settle (min / median / max) | replica peak live heap | longest read of an unmoved shard (p99.9) | loadavg |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| phase | settled in | moves (runs) | gap per move, holder's last run → taker's first (p50 / max) | moved shards in no replica's Shards() (count, p50, max; to the 250 ms poll) | API server process heap: live at change / peak live / peak in use | bytes received per replica, wire (min / median / max) | decoded | replica live heap at settle (min / median / max) | replica peak live heap | longest read of an unmoved shard (p99.9) | loadavg |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range g.rows {
 		read := "—"
 		if r.read.Reads > 0 {
 			read = fmt.Sprintf("%v (≤ %v), %d reads", r.read.MaxRead, r.read.P999Read, r.read.Reads)
 		}
-		fmt.Fprintf(&b, "| %s | %v | %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s | %s → %s |\n",
-			r.phase, r.settled.Round(10*time.Millisecond), r.gaps,
+		moves, gap := fmt.Sprint(len(r.moves.gaps)), "—"
+		if r.moves.missing > 0 {
+			moves += fmt.Sprintf(" (+%d unmeasured)", r.moves.missing)
+		}
+		if n := len(r.moves.gaps); n > 0 {
+			gap = fmt.Sprintf("%v / %v", r.moves.gaps[n/2].Round(10*time.Millisecond), r.moves.gaps[n-1].Round(10*time.Millisecond))
+		}
+		fmt.Fprintf(&b, "| %s | %v | %s | %s | %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s | %s → %s |\n",
+			r.phase, r.settled.Round(10*time.Millisecond), moves, gap, r.gaps,
 			mib(r.apiBase), mib(r.apiLivePeak), mib(r.apiInUsePeak),
 			mib(r.wire[0]), mib(r.wire[1]), mib(r.wire[2]),
 			mib(r.body[0]), mib(r.body[1]), mib(r.body[2]),

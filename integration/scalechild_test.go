@@ -41,15 +41,25 @@ import (
 // scaleReport per line it reads on stdin:
 //
 //	run      start Replica.Run (once)
-//	phase    zero the byte counters and the peak heap; the reader starts
-//	         timing reads of the shards it holds now
-//	status   shards, cached objects per shard, bytes since "phase"
+//	phase    zero the byte counters, the peak heap and the runs' spans;
+//	         the reader starts timing reads of the shards it holds now
+//	status   shards, cached objects per shard, bytes since "phase", Ready
 //	measure  stop the reads; live heap after two collections, peak since
-//	         "phase", the reads' figures
+//	         "phase", the reads' figures, the runs' spans since "phase"
+//	leave    cancel Run's context and wait for Run to return: a graceful
+//	         leave (its shards drained and released by plan), or, when
+//	         its spec says SkipRelease, a crash as far as the ring can
+//	         tell (nothing released); then answer the runs' spans
 //
-// It stops when stdin is closed: gracefully, or without releasing
-// anything when its spec says SkipRelease (a crash, as far as the ring can
-// tell).
+// From "run" on, the child adds its spec's Probes (one key per shard) to
+// its queue every scaleProbeEvery, so that every admitted shard has runs
+// all the time: the handler (wrapped by Replica.Handler, which runs a key
+// only while its shard is admitted) records, per shard, the spans of time
+// in which it ran the shard's keys (scaleRuns). The parent joins the spans
+// of every replica to find, per moved shard, the gap from the holder's
+// last admitted run to the taker's first.
+//
+// It stops when stdin is closed (after "leave", or at the end).
 //
 // Only the public API of sharding is used here (Config, New, Run, Shards,
 // Informer, Filtering, ShardOf, Hash), so the test runs unchanged on
@@ -69,7 +79,49 @@ type scaleSpec struct {
 	Identity      string
 	Shards        int
 	SkipRelease   bool
-	Reader        bool // time reads of unmoved shards during each phase
+	Reader        bool     // time reads of unmoved shards during each phase
+	Probes        []string // one key of each shard, added every scaleProbeEvery
+}
+
+// scaleProbeEvery is how often a scale child adds its probe keys: an
+// admitted shard runs at least this often, so a gap between two replicas'
+// runs of a shard is measured at most this much (plus the queue's latency)
+// over the true one.
+const scaleProbeEvery = 100 * time.Millisecond
+
+// scaleSpanBreak: runs of one shard on one replica further apart than this
+// start a new span.
+const scaleSpanBreak = time.Second
+
+// scaleSpan is a span of time in which a replica ran keys of a shard:
+// the start of the first run and the end of the last, in Unix
+// nanoseconds (one clock: every process runs on this machine).
+type scaleSpan struct{ From, To int64 }
+
+// scaleRuns records a replica's admitted runs, shard by shard, as spans.
+type scaleRuns struct {
+	mu    sync.Mutex
+	spans map[int][]scaleSpan
+}
+
+func (s *scaleRuns) ran(shard int, from, to time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp := s.spans[shard]
+	if n := len(sp); n > 0 && from.UnixNano()-sp[n-1].To <= int64(scaleSpanBreak) {
+		sp[n-1].To = max(sp[n-1].To, to.UnixNano())
+		return
+	}
+	s.spans[shard] = append(sp, scaleSpan{From: from.UnixNano(), To: to.UnixNano()})
+}
+
+// take returns the spans recorded since the last take and starts again.
+func (s *scaleRuns) take() map[int][]scaleSpan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp := s.spans
+	s.spans = map[int][]scaleSpan{}
+	return sp
 }
 
 // scaleReport is a child's answer to a command. Fields a command does not
@@ -100,7 +152,10 @@ type scaleReport struct {
 	P999Read    time.Duration
 	ReadMisses  int
 	ReadsShards []int // the unmoved shards read
-	Err         string
+
+	Ready bool                // Replica.Ready returned nil ("status")
+	Spans map[int][]scaleSpan // admitted runs by shard since "phase" ("measure", "leave")
+	Err   string
 }
 
 // byteCounter counts bytes received by one client: on its connections, and
@@ -370,6 +425,22 @@ func scaleKlog() error {
 	return v.Set("4")
 }
 
+// probe adds keys to q every scaleProbeEvery until ctx ends.
+func probe(ctx context.Context, q *workqueue.RateLimitingQueue[string], keys []string) {
+	tick := time.NewTicker(scaleProbeEvery)
+	defer tick.Stop()
+	for {
+		for _, k := range keys {
+			q.Add(k)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // runScaleChild is TestMain for a scale child: it returns the exit code.
 func runScaleChild(specJSON string) int {
 	var spec scaleSpec
@@ -417,11 +488,16 @@ func runScaleChild(specJSON string) int {
 	store := r.Informer().GetStore()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	runCtx, leave := context.WithCancel(ctx) // Run's: "leave" ends it first
+	defer leave()
+	runs := &scaleRuns{spans: map[int][]scaleSpan{}}
 	var done sync.WaitGroup
 	// A controller's work: read the object from the cache.
 	done.Go(func() {
 		_ = workqueue.Run(ctx, q, 2, r.Handler(func(ctx context.Context, key string) error {
+			from := time.Now()
 			_, _, err := store.GetByKey(key)
+			runs.ran(scaleShardOfKey(key, spec.Shards), from, time.Now())
 			return err
 		}))
 	})
@@ -431,6 +507,7 @@ func runScaleChild(specJSON string) int {
 	var reads *readTimer
 	var started bool
 	var runErr atomic.Pointer[error]
+	ran := make(chan struct{}) // closed when Run has returned
 	out := json.NewEncoder(os.Stdout)
 	if err := out.Encode(scaleReport{Identity: spec.Identity, Baseline: baseline}); err != nil { // ready
 		return 2
@@ -443,21 +520,32 @@ func runScaleChild(specJSON string) int {
 			if !started {
 				started = true
 				done.Go(func() {
-					if err := r.Run(ctx); err != nil {
+					defer close(ran)
+					if err := r.Run(runCtx); err != nil {
 						runErr.Store(&err)
 					}
 				})
+				done.Go(func() { probe(ctx, q, spec.Probes) })
 			}
+		case "leave":
+			leave()
+			if started {
+				<-ran
+			}
+			rep.Shards = r.Shards()
+			rep.Spans = runs.take()
 		case "phase":
 			cacheBytes.reset()
 			leaseBytes.reset()
 			peak.reset()
+			runs.take()
 			if spec.Reader && started {
 				reads = startReads(r, spec.Shards)
 			}
 		case "status":
 			rep.Filtering = r.Filtering().String()
 			rep.Shards = r.Shards()
+			rep.Ready = r.Ready(nil) == nil
 			rep.PerShard = map[int]int{}
 			for _, key := range store.ListKeys() {
 				s := scaleShardOfKey(key, spec.Shards)
@@ -477,6 +565,7 @@ func runScaleChild(specJSON string) int {
 			}
 			rep.PeakLive = peak.reset()
 			rep.Heap = liveHeap()
+			rep.Spans = runs.take()
 		default:
 			rep.Err = fmt.Sprintf("unknown command %q", in.Text())
 		}
