@@ -46,6 +46,18 @@ var queueConfigs = []queueConfig{
 	{"metrics", func() *workqueue.Queue[string] {
 		return workqueue.NewWithConfig(workqueue.Config[string]{Name: "test", Metrics: &countingMetrics{}})
 	}},
+	// Every key its own tenant, capped at 1: a key is never processing
+	// twice, so the cap never holds one back, and one level of one-key
+	// tenants taking turns is FIFO. The state table must read the same
+	// through the store's hooks (handedOut, finished, remove) and its
+	// wait bound.
+	{"FairPriorityStore", func() *workqueue.Queue[string] {
+		return workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewFairPriorityStore(workqueue.FairPriority[string]{
+			Tenant:      func(k string) string { return k },
+			MaxWait:     time.Hour,
+			MaxInFlight: 1,
+		})})
+	}},
 }
 
 // countingMetrics counts the events a queue reports.
