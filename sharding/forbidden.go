@@ -183,12 +183,22 @@ func (p *permissions) err() error {
 	return fmt.Errorf("sharding: forbidden: %w", errors.Join(errs...))
 }
 
-// Ready reports whether the replica is ready: nil once it has joined the
-// ring (a membership write was answered) while its session is alive and
-// no request it needs is refused; else an error that says why. Its shape
-// is controller-runtime's healthz.Checker:
+// Ready reports whether the replica is ready: nil once it has filled its
+// share of the ring (admitted as many shards as its share: held, and in
+// its cache), while its session is alive and no
+// request it needs is refused; else an error that says why. Its shape is
+// controller-runtime's healthz.Checker:
 //
 //	mgr.AddReadyzCheck("sharding", r.Ready)
+//
+// Filled once is enough: a replica that has been ready stays so while its
+// session is alive, though it fills the shards it gains later (a
+// member's leave or death) after that. So a new pod of a rolling update
+// counts as available only once it does its share, and the Deployment
+// deletes an old pod only then: the old pods' shards are not left to
+// replicas that have not listed anything yet (docs/operate.md). A
+// replica that comes after the ring has as many members as shards has
+// no share and is ready once it counts (its first renewal).
 //
 // A replica refused a request (403 Forbidden: a missing RBAC rule) is not
 // ready from the first refusal; Run returns once the same kind of request
@@ -209,5 +219,37 @@ func (r *Replica) Ready(*http.Request) error {
 	case !alive:
 		return errors.New("sharding: session lapsed: no membership write answered within RenewDeadline, or the replica left")
 	}
-	return nil
+	return r.share.err()
+}
+
+// shareFill records whether the replica has filled its share once
+// (Ready): written by the loop (checkShare, sync.go), read by Ready.
+type shareFill struct {
+	mu              sync.Mutex
+	checked         bool // the loop has checked a counted share once
+	done            bool // as many shards admitted as the share, once
+	admitted, share int  // at the last check
+}
+
+// set records a check: admitted shards now, of a share of share.
+func (f *shareFill) set(admitted, share int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done {
+		return
+	}
+	f.checked, f.done, f.admitted, f.share = true, admitted >= share, admitted, share
+}
+
+// err is Ready's answer about the share.
+func (f *shareFill) err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.done:
+		return nil
+	case !f.checked:
+		return errors.New("sharding: joined, but not counted in the ring's shares yet (its first renewal is not in)")
+	}
+	return fmt.Errorf("sharding: filling its share: %d of %d shards admitted (held, and in its cache)", f.admitted, f.share)
 }

@@ -98,7 +98,10 @@ func permReplica(t *testing.T, store *fakeleases.Store, id string, forbidden *la
 	}
 	r, err := sharding.New(sharding.Config{
 		Client: cs, Namespace: "ns", Name: "ring", Identity: id, Shards: 4,
-		Object:        &appsv1.Deployment{},
+		Object: &appsv1.Deployment{},
+		// An informer of no objects: a replica admits a shard once its
+		// cache has it (Ready waits for that), so it needs one.
+		ListerWatcher: appsLW(fake.NewSimpleClientset(), "apps", false), //nolint:staticcheck // as newRing's
 		Queue:         workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]()),
 		Metrics:       m,
 		SkipRelease:   crash,
@@ -270,9 +273,8 @@ func TestForbiddenTransient(t *testing.T) {
 		if err := r.Ready(nil); err != nil {
 			t.Errorf("Ready = %v once updates are granted, want nil", err)
 		}
-		if got := r.Shards(); len(got) != 0 {
-			// No informer runs, so nothing is admitted; the Leases tell.
-			t.Errorf("Shards() = %v without a running informer, want none", got)
+		if got := r.Shards(); len(got) != 4 {
+			t.Errorf("Shards() = %v once updates are granted, want all 4", got)
 		}
 		held := 0
 		for _, l := range store.Leases() {
@@ -302,8 +304,18 @@ func TestReadyBeforeJoin(t *testing.T) {
 		}
 		done := runAsync(ctx, r)
 		time.Sleep(time.Second)
+		if err := r.Ready(nil); err == nil || !strings.Contains(err.Error(), "not counted") {
+			t.Errorf("Ready once joined, before its first renewal = %v, want not counted yet", err)
+		}
+		// Counted at its first renewal (one period), it takes its share
+		// (every shard) at its third tick and fills it.
+		time.Sleep(2 * time.Second)
+		if err := r.Ready(nil); err == nil || !strings.Contains(err.Error(), "filling its share: 0 of 4") {
+			t.Errorf("Ready once counted, before its third tick = %v, want filling its share", err)
+		}
+		time.Sleep(3 * time.Second)
 		if err := r.Ready(nil); err != nil {
-			t.Errorf("Ready once joined = %v, want nil", err)
+			t.Errorf("Ready once its share is admitted = %v (Shards() %v), want nil", err, r.Shards())
 		}
 		cancel()
 		<-done

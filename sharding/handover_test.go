@@ -237,3 +237,49 @@ func TestPlannedMoveGap(t *testing.T) {
 		})
 	}
 }
+
+// TestReadyWaitsForShare checks that Ready waits until the replica admits
+// its share, so that a Deployment counts a new pod available only once it
+// does its part: a lone replica of a new ring until every shard it took
+// is in its cache (a list of listDelay after the acquisitions), a
+// newcomer until its planned share has moved to it (filled ahead, then
+// handed over). Sampled every 50 ms, Ready is never nil while fewer shards
+// than the share are admitted, and it is nil within a list of the share
+// being taken.
+func TestReadyWaitsForShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rg := newRing(t, 16, 200)
+		defer rg.stopAll()
+		newAdmissions(t, rg) // lists take listDelay
+		watch := func(id string, share int, limit time.Duration) time.Duration {
+			t.Helper()
+			rg.mu.Lock()
+			r := rg.members[id].r
+			rg.mu.Unlock()
+			start := time.Now()
+			for time.Since(start) < limit {
+				err, admitted := r.Ready(nil), len(r.Shards())
+				if err == nil {
+					if admitted < share {
+						t.Errorf("%s: Ready nil with %d shards admitted, share %d", id, admitted, share)
+					}
+					return time.Since(start)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			t.Fatalf("%s: not Ready after %v: %v (admitted %v)", id, limit, r.Ready(nil), r.Shards())
+			return 0
+		}
+		first := rg.start(false)
+		// Counted at its first renewal, it takes every shard at its third
+		// tick and lists them: at least that list.
+		if took := watch(first, 16, 4*retryPeriod+2*listDelay); took < listDelay {
+			t.Errorf("the first replica was Ready %v after its start, before a list (%v) could have filled its shards", took, listDelay)
+		}
+		joiner := rg.start(false)
+		if took := watch(joiner, 8, leaseDuration+2*listDelay); took < listDelay {
+			t.Errorf("the joiner was Ready %v after its start, before a list (%v) could have filled its share", took, listDelay)
+		}
+		rg.checkExclusive()
+	})
+}

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -280,6 +281,11 @@ func (r *Replica) decide(ctx context.Context, tick bool) {
 	b := balanceOf(v, r.shards)
 	to := b.plan(v)
 	r.plans.update(to, now)
+	k, counted := slices.BinarySearch(b.ids, r.cfg.Identity)
+	r.plans.counted = counted && v.members[r.cfg.Identity].session == st.session
+	if r.plans.counted {
+		r.plans.share = b.share(k)
+	}
 	active, _ := r.runs.states()
 	give, acquire := moves(v, b, to, r.cfg.Identity, r.aliveFor, active, r.tried.shard)
 	drain, next := handoffs(v, to, give, r.plans.since, now, r.handoffWait())
@@ -331,12 +337,16 @@ type planned struct {
 	// written with the next membership write (memberMark).
 	prefetch, synced []int
 	handoffAt        time.Time // the next handoffWait bound due; zero if none
+	// counted is whether this replica's session counted in the ring at
+	// the last decision (counts, decide.go), and share its share then.
+	counted bool
+	share   int
 }
 
 // reset forgets the plan (the session is over: nothing is prefetched).
 func (p *planned) reset(shards int) {
 	p.to, p.since, p.giveTo = make([]string, shards), make([]time.Time, shards), make([]string, shards)
-	p.prefetch, p.synced, p.handoffAt = nil, nil, time.Time{}
+	p.prefetch, p.synced, p.handoffAt, p.counted = nil, nil, time.Time{}, false
 }
 
 // update records the plan to, decided at now.

@@ -167,6 +167,9 @@ type Replica struct {
 	stopErr      error     // why Run leaves, if not its context (forbidden.go)
 
 	withoutUID atomic.Int64 // objects added without a UID (checkUID)
+	// share is whether the replica's share has been filled (Ready): set
+	// by the loop, read by Ready.
+	share shareFill
 }
 
 // Errors given as the cause of a cancelled run's context.

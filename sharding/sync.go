@@ -71,7 +71,18 @@ func (r *Replica) sync() {
 	}
 	r.runs.setFilled(filled, gen)
 	r.admitted()
+	r.checkShare()
 	r.observe()
+}
+
+// checkShare marks the replica's share filled (Ready) the first time it
+// admits as many shards as its share while its session counts in the
+// ring.
+func (r *Replica) checkShare() {
+	if !r.plans.counted || r.runs.leaving() {
+		return
+	}
+	r.share.set(len(r.prev), r.plans.share)
 }
 
 // warm returns the shards the informers fill: held, and those kept warm
