@@ -48,7 +48,7 @@ const (
 // TestScaleShardedCache (issue #31) measures the sharded cache at scale on
 // the real API server of this binary: 100,000 ConfigMaps of about 1 KiB,
 // 16 replicas, 64 shards by namespace, the default timing (LeaseDuration
-// 15 s, RenewDeadline 10 s, RetryPeriod 2 s, GracePeriod 3 s), with the
+// 15 s, RenewDeadline 10 s, RetryPeriod 2 s, GracePeriod 5 s), with the
 // ShardedListAndWatch gate on (filter=server) and off (filter=client).
 // Each replica is a process of its own (scalechild_test.go), so that its
 // heap is its own and this process's heap is the API server's and etcd's.
@@ -186,6 +186,7 @@ func (g *scaleRing) start(ids ...string) {
 			Host: cfg.Host, Token: cfg.BearerToken, CA: cfg.CAData, ServerName: cfg.ServerName,
 			LabelSelector: g.d.selector(), Namespace: g.ns, Ring: "scale", Identity: id, Shards: proofShards,
 			SkipRelease: id == scaleKilled, Reader: id == scaleReader || id == "u0", Probes: g.probes,
+			HandoffTimeout: *scaleHandoff,
 		}
 		c, err := startScaleChild(spec)
 		require.NoError(t, err)
@@ -280,6 +281,9 @@ func (g *scaleRing) leaveAsync(id string) {
 
 // scaleMinReady is the rollout's minReadySeconds: the manifests' 10 s
 // (sharding/examples/deployments/deploy/20-deployment.yaml) by default.
+// scaleHandoff is the replicas' Config.HandoffTimeout (0: LeaseDuration).
+var scaleHandoff = flag.Duration("scale.handoff", 0, "the replicas' Config.HandoffTimeout in TestScaleShardedCache (0: LeaseDuration)")
+
 var scaleMinReady = flag.Duration("scale.minready", 10*time.Second, "the minReadySeconds of TestScaleShardedCache's rolling update")
 
 // rollout replaces every live replica by a new identity (u0, u1, …) as

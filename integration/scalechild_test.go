@@ -81,6 +81,9 @@ type scaleSpec struct {
 	SkipRelease   bool
 	Reader        bool     // time reads of unmoved shards during each phase
 	Probes        []string // one key of each shard, added every scaleProbeEvery
+	// HandoffTimeout is Config.HandoffTimeout (-scale.handoff); 0 the
+	// default, LeaseDuration.
+	HandoffTimeout time.Duration
 }
 
 // scaleProbeEvery is how often a scale child adds its probe keys: an
@@ -479,7 +482,8 @@ func runScaleChild(specJSON string) int {
 		Field:         sharding.FieldNamespace,
 		SkipRelease:   spec.SkipRelease,
 		// The default timing (LeaseDuration 15 s, RenewDeadline 10 s,
-		// RetryPeriod 2 s, GracePeriod 3 s), as in production.
+		// RetryPeriod 2 s, GracePeriod 5 s), as in production.
+		HandoffTimeout: spec.HandoffTimeout,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "integration: scale child: %v\n", err)

@@ -134,6 +134,18 @@ type Config struct {
 	// before their context is cancelled. The shard is released once they
 	// have returned. Zero means DefaultGracePeriod.
 	GracePeriod time.Duration
+	// HandoffTimeout is how long a holder keeps admitting a shard the
+	// ring plans to move (a join, a graceful leave, a rebalance) while its
+	// taker fills its cache for it: the holder hands the shard over once
+	// the taker says it has synced it, or once HandoffTimeout has passed
+	// (the move then costs the taker's list after the release, as a crash
+	// move does). A graceful leave takes up to HandoffTimeout +
+	// GracePeriod + RenewDeadline, which the pod's
+	// terminationGracePeriodSeconds must cover. Raise it where a fill
+	// takes longer than LeaseDuration: with the server not filtering, a
+	// taker's fill is a list of the whole resource (docs/operate.md,
+	// "Planned moves"). Zero means LeaseDuration.
+	HandoffTimeout time.Duration
 
 	// SkipRelease makes Run, when its context ends, stop at once without
 	// releasing anything, as a crashed process would: the runs in flight
@@ -238,6 +250,7 @@ func (cfg Config) validate() (Config, error) {
 	def(&cfg.RenewDeadline, DefaultRenewDeadline)
 	def(&cfg.RetryPeriod, DefaultRetryPeriod)
 	def(&cfg.GracePeriod, DefaultGracePeriod)
+	def(&cfg.HandoffTimeout, cfg.LeaseDuration)
 	switch {
 	case cfg.RetryPeriod < MinRetryPeriod:
 		return cfg, fmt.Errorf("sharding: Config.RetryPeriod is %v, need at least MinRetryPeriod (%v): the replica writes its membership Lease once per RetryPeriod",
@@ -248,6 +261,8 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("sharding: Config.RenewDeadline (%v) must be below Config.LeaseDuration (%v)", cfg.RenewDeadline, cfg.LeaseDuration)
 	case cfg.GracePeriod < 0:
 		return cfg, fmt.Errorf("sharding: Config.GracePeriod is %v, need it 0 or above", cfg.GracePeriod)
+	case cfg.HandoffTimeout < 0:
+		return cfg, fmt.Errorf("sharding: Config.HandoffTimeout is %v, need it 0 (LeaseDuration) or above", cfg.HandoffTimeout)
 	}
 	return cfg, nil
 }

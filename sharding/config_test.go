@@ -72,6 +72,7 @@ func TestNewValidates(t *testing.T) {
 			c.ShardedWith = []runtime.Object{(*appsv1.ReplicaSet)(nil)}
 		}, "Config.ShardedWith[0] is nil"},
 		"negative grace":       {func(c *sharding.Config) { c.GracePeriod = -1 }, "Config.GracePeriod is -1ns"},
+		"negative handoff":     {func(c *sharding.Config) { c.HandoffTimeout = -1 }, "Config.HandoffTimeout is -1ns"},
 		"lease under defaults": {func(c *sharding.Config) { c.LeaseDuration = 5 * time.Second }, "Config.RenewDeadline (10s) must be below Config.LeaseDuration (5s)"},
 	} {
 		c := ok()

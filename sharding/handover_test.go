@@ -283,3 +283,58 @@ func TestReadyWaitsForShare(t *testing.T) {
 		rg.checkExclusive()
 	})
 }
+
+// TestHandoffTimeout checks Config.HandoffTimeout with fills that take
+// longer than LeaseDuration (a list of 20 s, as a list of the whole
+// resource may take where the server does not filter): by default a
+// graceful leaver hands its shards over LeaseDuration after its leave
+// and their keys wait for the rest of the taker's list; with a
+// HandoffTimeout above the list's time it waits for the taker's sync and
+// the keys wait for the drain only.
+func TestHandoffTimeout(t *testing.T) {
+	const slowList = 20 * time.Second
+	for _, tc := range []struct {
+		timeout time.Duration
+		gapped  bool // the leave's gaps are a list's rest, not the drain
+	}{{0, true}, {30 * time.Second, false}} {
+		t.Run(fmt.Sprintf("timeout=%v", tc.timeout), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rg := newRing(t, 16, 200)
+				defer rg.stopAll()
+				adm := newAdmissions(t, rg)
+				admit := rg.config
+				rg.config = func(id string, cfg *sharding.Config) {
+					admit(id, cfg)
+					cfg.ListerWatcher = slowLists{lw: cfg.ListerWatcher.(slowLists).lw, delay: slowList}
+					cfg.HandoffTimeout = tc.timeout
+				}
+				rg.start(false)
+				leaver := rg.start(false)
+				rg.waitBalanced(leaseDuration + 3*slowList)
+				time.Sleep(2 * retryPeriod)
+
+				mark := time.Now()
+				go rg.churn(3 * retryPeriod)
+				rg.stop(leaver)
+				rg.waitBalanced(leaseDuration + 2*slowList)
+				gaps, overlaps := adm.gaps(mark)
+				if len(overlaps) > 0 {
+					t.Errorf("%d overlaps, first: %v", len(overlaps), overlaps[0])
+				}
+				if len(gaps) == 0 {
+					t.Fatal("no shard moved")
+				}
+				top := gaps[len(gaps)-1]
+				switch {
+				case tc.gapped && gaps[0] < slowList-leaseDuration-time.Second:
+					t.Errorf("gaps %v with the default HandoffTimeout, want each the list's rest (about %v)", gaps, slowList-leaseDuration)
+				case !tc.gapped && top > workTime+time.Second:
+					t.Errorf("gaps %v with HandoffTimeout %v, want each within the drain + 1 s", gaps, tc.timeout)
+				}
+				rg.quiet()
+				rg.checkExclusive()
+				t.Logf("FIGURES graceful leave, a list takes %v, HandoffTimeout %v: %d moves, gaps %v", slowList, tc.timeout, len(gaps), gaps)
+			})
+		})
+	}
+}

@@ -54,9 +54,9 @@ import (
 // stops admitting keys, drains and releases its shards (at most
 // GracePeriod, then their runs are cancelled) and deletes its membership
 // Lease. Each shard is handed over once the member taking it has filled
-// its cache for it (at most LeaseDuration), so that its keys wait for the
+// its cache for it (at most HandoffTimeout), so that its keys wait for the
 // drain only. It returns nil then, or an error if the runs did not return
-// within LeaseDuration + GracePeriod + RenewDeadline, in which case the
+// within HandoffTimeout + GracePeriod + RenewDeadline, in which case the
 // shards are left to expire.
 //
 // If the API server refuses one kind of request (a verb on a resource:
@@ -321,8 +321,9 @@ func (r *Replica) decide(ctx context.Context, tick bool) {
 
 // handoffWait is how long a holder keeps admitting a shard planned for
 // another member that has not said it synced it (handoffs, decide.go):
-// LeaseDuration, the time a crash move waits anyway.
-func (r *Replica) handoffWait() time.Duration { return r.cfg.LeaseDuration }
+// Config.HandoffTimeout, by default LeaseDuration, the time a crash move
+// waits anyway.
+func (r *Replica) handoffWait() time.Duration { return r.cfg.HandoffTimeout }
 
 // planned is the loop's record of the ring's planned moves (decide.go,
 // plan). Touched only by the loop goroutine.
@@ -376,7 +377,7 @@ func (r *Replica) fence(ctx context.Context, v *view, now time.Time) {
 		err := r.io.deleteMember(ctx, id, ref)
 		if err == nil || apierrors.IsNotFound(err) {
 			klog.V(2).InfoS("sharding: fenced a member that stopped renewing", "ring", r.cfg.Name, "identity", r.cfg.Identity, "member", id)
-			delete(v.members, id)
+			v.dropMember(id)
 			r.ring.forget(id, ref)
 			r.fenced()
 			continue
@@ -467,7 +468,7 @@ func (r *Replica) leaveDone(api context.Context) (bool, error) {
 	if r.runs.busy() {
 		if !time.Now().Before(r.leaveBy) {
 			r.runs.abandon()
-			return true, errors.New("sharding: runs still in flight after LeaseDuration + GracePeriod + RenewDeadline; shards left to expire")
+			return true, errors.New("sharding: runs still in flight after HandoffTimeout + GracePeriod + RenewDeadline; shards left to expire")
 		}
 		return false, nil
 	}

@@ -33,6 +33,10 @@ type view struct {
 	extra     map[int]shardInfo
 }
 
+// dropMember removes member id from the view, as its fence deleted its
+// Lease: its shards are free in this decision.
+func (v *view) dropMember(id string) { delete(v.members, id) }
+
 type memberInfo struct {
 	ref     leaseRef
 	session string
