@@ -103,9 +103,10 @@ func New(cfg *rest.Config, o Options) (manager.Manager, *crsharding.Sharding, er
 	if err := mgr.Add(sh); err != nil { // the ring, on every replica
 		return nil, nil, err
 	}
-	// /readyz (with Manager.HealthProbeBindAddress set) fails before the
-	// replica has joined the ring, after its session lapsed, and while the
-	// API server refuses it a request it needs (sharding.Replica.Ready).
+	// /readyz (with Manager.HealthProbeBindAddress set) fails until the
+	// replica has filled its share of the ring once (its shards held and
+	// in its cache), after its session lapsed, and while the API server
+	// refuses it a request it needs (sharding.Replica.Ready).
 	if err := mgr.AddReadyzCheck("sharding", sh.Replica().Ready); err != nil {
 		return nil, nil, err
 	}
