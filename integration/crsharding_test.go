@@ -470,7 +470,7 @@ func TestControllerRuntimeShardingGracefulStop(t *testing.T) {
 				continue // a membership Lease, or the ring's
 			}
 			n++
-			if len(only) > 0 && !slices.ContainsFunc(only, func(i int) bool { return lease.Name == fmt.Sprintf("%s-shard-%d", ring, i) }) {
+			if len(only) > 0 && !slices.ContainsFunc(only, func(i int) bool { return lease.Name == fmt.Sprintf("%s-shard-%d-of-%d", ring, i, crShards) }) {
 				continue
 			}
 			if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != want {

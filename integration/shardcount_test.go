@@ -18,33 +18,48 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// TestShardCountRefused runs, on the real API server, replicas of one
-// ring configured with 16 and 32 shards: one after the other (the ring's
-// count is the first replica's; the newcomer's Run returns the refusal,
-// and the first stays ready), and two started at once (exactly one
-// creates the ring's Lease; the other refuses). Each refusal wraps
-// sharding.ErrRingMismatch and names both counts.
-func TestShardCountRefused(t *testing.T) {
+// TestShardCountChange changes a ring's shard count on the real API
+// server, as a rolling update that changes Config.Shards does: a replica
+// of the new count joins the ring of the old one, holds nothing, fills
+// the share it will take and is Ready; once the replica of the old count
+// leaves, the ring switches (shardcount.go) and the newcomer admits every
+// shard. 16 → 32 and 32 → 16, the second replica started after the
+// first or at the same time (one of them creates the ring's Lease). Every
+// key's runs are checked for overlap throughout, and every ConfigMap is
+// reconciled after the switch. A replica of another Field refuses.
+func TestShardCountChange(t *testing.T) {
 	admin, err := kubernetes.NewForConfig(server.restConfig())
 	require.NoError(t, err)
 	ns := createNamespace(t, admin, "shardcount")
+	const objects = 100
+	for i := range objects {
+		_, err := admin.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%03d", i)}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+
+	// One tracker for every replica of the test: a key run by two at
+	// once is a violation; reconciled records the runs that ended well.
+	var mu sync.Mutex
+	running := map[string]string{}
+	reconciled := map[string]int{}
+	var violations []string
+
 	type rep struct {
+		id     string
 		r      *sharding.Replica
 		shards int
+		cancel context.CancelFunc
 		err    chan error
+		done   chan struct{}
 	}
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithCancel(t.Context())
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
-	start := func(ring, id string, shards int) *rep {
+	start := func(ring, id string, shards int, field string) *rep {
 		cs, err := kubernetes.NewForConfig(server.restConfig())
 		require.NoError(t, err)
 		cms := cs.CoreV1().ConfigMaps(ns)
+		q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 		r, err := sharding.New(sharding.Config{
-			Client: cs, Namespace: ns, Name: ring, Identity: id, Shards: shards,
+			Client: cs, Namespace: ns, Name: ring, Identity: id, Shards: shards, Field: field,
 			Object: &corev1.ConfigMap{},
 			ListerWatcher: &cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -54,53 +69,134 @@ func TestShardCountRefused(t *testing.T) {
 					return cms.Watch(ctx, o)
 				},
 			},
-			Queue:         workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]()),
+			Queue:         q,
 			LeaseDuration: ringLeaseDuration, RenewDeadline: ringRenewDeadline, RetryPeriod: ringRetryPeriod, GracePeriod: ringGracePeriod,
 		})
 		require.NoError(t, err)
-		p := &rep{r: r, shards: shards, err: make(chan error, 1)}
+		ctx, cancel := context.WithCancel(t.Context())
+		p := &rep{id: id, r: r, shards: shards, cancel: cancel, err: make(chan error, 1), done: make(chan struct{})}
+		handle := func(ctx context.Context, key string) error {
+			mu.Lock()
+			if other, ok := running[key]; ok {
+				violations = append(violations, fmt.Sprintf("%s ran %s while %s ran it", id, key, other))
+			}
+			running[key] = ring + "/" + id
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // a run; not cancelled, as a handler that finishes its work
+			mu.Lock()
+			delete(running, key)
+			reconciled[ring+"/"+key]++
+			mu.Unlock()
+			return nil
+		}
+		var wg sync.WaitGroup
 		wg.Go(func() { p.err <- r.Run(ctx) })
+		wg.Go(func() { _ = workqueue.Run(context.WithoutCancel(ctx), q, 4, r.Handler(handle)) })
+		go func() {
+			<-ctx.Done()
+			q.ShutDown() // the workers return once the replica has left
+		}()
+		go func() {
+			wg.Wait()
+			close(p.done)
+		}()
+		t.Cleanup(func() {
+			cancel()
+			<-p.done
+		})
 		return p
 	}
-	refused := func(p *rep, theirs int) {
+	ready := func(p *rep, mode string) {
 		t.Helper()
+		require.Eventually(t, func() bool { return p.r.Ready(nil) == nil && p.r.Status().Mode == mode }, 20*time.Second, 20*time.Millisecond,
+			"replica %s (Shards %d) not ready and %s: Ready %v, mode %q", p.id, p.shards, mode, p.r.Ready(nil), p.r.Status().Mode)
+	}
+	stop := func(p *rep) {
+		t.Helper()
+		p.cancel()
 		select {
 		case err := <-p.err:
-			require.ErrorIs(t, err, sharding.ErrRingMismatch)
-			require.Contains(t, err.Error(), fmt.Sprintf("Config.Shards %d", p.shards))
-			require.Contains(t, err.Error(), fmt.Sprintf("Shards %d,", theirs))
-			require.ErrorIs(t, p.r.Ready(nil), sharding.ErrRingMismatch)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("a replica of %d shards in a ring of %d did not refuse within 10 s", p.shards, theirs)
+			require.NoError(t, err, "replica %s left", p.id)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("replica %s did not leave within 20 s", p.id)
 		}
 	}
-	ready := func(p *rep) {
+	// switched waits until p admits every shard of its count, once the
+	// old replica was stopped at since, and returns how long that took.
+	switched := func(p *rep, since time.Time) time.Duration {
 		t.Helper()
-		require.Eventually(t, func() bool { return p.r.Ready(nil) == nil }, 10*time.Second, 50*time.Millisecond,
-			"a replica of the ring's count (%d) not ready", p.shards)
+		require.Eventually(t, func() bool { return len(p.r.Shards()) == p.shards }, 20*time.Second, 5*time.Millisecond,
+			"replica %s (Shards %d) holds %v after the ring's old replica left: %+v", p.id, p.shards, p.r.Shards(), p.r.Status().Mode)
+		took := time.Since(since)
+		st := p.r.Status()
+		require.Equal(t, p.shards, st.RingShards, "the ring's count after the switch")
+		require.Equal(t, "live", st.Mode)
+		return took
+	}
+	allReconciled := func(ring string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for i := range objects {
+				if reconciled[fmt.Sprintf("%s/%s/cm-%03d", ring, ns, i)] == 0 {
+					return false
+				}
+			}
+			return true
+		}, 20*time.Second, 50*time.Millisecond, "ring %s: not every ConfigMap reconciled after the switch", ring)
 	}
 
-	for _, counts := range [][2]int{{16, 32}, {32, 16}} {
-		ring := fmt.Sprintf("after-%d-%d", counts[0], counts[1])
-		first := start(ring, "a", counts[0])
-		ready(first)
-		refused(start(ring, "b", counts[1]), counts[0])
-		require.NoError(t, first.r.Ready(nil), "the first replica after the newcomer refused")
+	for _, c := range []struct {
+		counts   [2]int
+		together bool
+	}{{[2]int{16, 32}, false}, {[2]int{32, 16}, false}, {[2]int{16, 32}, true}} {
+		ring := fmt.Sprintf("change-%d-%d-%v", c.counts[0], c.counts[1], c.together)
+		a := start(ring, "a", c.counts[0], "")
+		if !c.together {
+			ready(a, "live")
+		}
+		b := start(ring, "b", c.counts[1], "")
+		old, next := a, b
+		if c.together {
+			require.Eventually(t, func() bool { return a.r.Status().RingShards != 0 && b.r.Status().RingShards != 0 }, 20*time.Second, 20*time.Millisecond)
+			if a.r.Status().RingShards == b.shards {
+				old, next = b, a
+			}
+		}
+		ready(old, "live")
+		ready(next, "waiting")
+		require.Empty(t, next.r.Shards(), "a waiting replica admits nothing")
+		require.Len(t, old.r.Shards(), old.shards, "the ring's replica holds every shard")
+		mu.Lock()
+		for k := range reconciled {
+			delete(reconciled, k)
+		}
+		mu.Unlock()
+		at := time.Now()
+		stop(old)
+		took := switched(next, at)
+		allReconciled(ring)
+		t.Logf("FIGURES %s: %d → %d shards: the newcomer admitted every shard %v after the old replica was told to leave", ring, old.shards, next.shards, took.Round(time.Millisecond))
+		require.Less(t, took, 2*time.Second, "the switch's gap: the old replica's drain and a few Lease round trips")
 	}
 
-	a, b := start("together", "a", 16), start("together", "b", 32)
-	var refusal error
+	// The field cannot change online: a replica of another field refuses.
+	ring := "field"
+	a := start(ring, "a", 16, sharding.FieldUID)
+	ready(a, "live")
+	c := start(ring, "c", 16, sharding.FieldNamespace)
 	select {
-	case refusal = <-a.err:
-		a.err <- refusal
-		refused(a, 32)
-		ready(b)
-	case refusal = <-b.err:
-		b.err <- refusal
-		refused(b, 16)
-		ready(a)
+	case err := <-c.err:
+		require.ErrorIs(t, err, sharding.ErrRingMismatch)
+		require.Contains(t, err.Error(), "Config.Field "+sharding.FieldNamespace)
+		require.ErrorIs(t, c.r.Ready(nil), sharding.ErrRingMismatch)
 	case <-time.After(10 * time.Second):
-		t.Fatal("neither of two replicas started at once with 16 and 32 shards refused within 10 s")
+		t.Fatal("a replica of another Field did not refuse within 10 s")
 	}
-	t.Logf("started together: %v", refusal)
+	require.NoError(t, a.r.Ready(nil), "the ring's replica after a newcomer of another field refused")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, violations, "keys run by two replicas at once")
 }

@@ -44,16 +44,23 @@ type tried struct {
 	// any other Lease that names the session is a version from before this
 	// replica released it, not yet superseded in the view.
 	unknown []string
+	// ring is the resourceVersion of the ring's Lease a write of it failed
+	// at; seal, by Lease, the version a seal failed at (shardcount.go).
+	ring string
+	seal map[shardKey]string
 }
 
 func newTried(shards int) tried {
-	return tried{fence: make(map[string]leaseRef), shard: make([]string, shards), unknown: make([]string, shards)}
+	return tried{fence: make(map[string]leaseRef), shard: make([]string, shards), unknown: make([]string, shards),
+		seal: make(map[shardKey]string)}
 }
 
 // reset forgets the failed writes: each tick may try them again.
 func (t *tried) reset() {
 	clear(t.fence)
 	clear(t.shard)
+	clear(t.seal)
+	t.ring = ""
 }
 
 // versionOf names the version of shard Lease s a write is conditioned on.
@@ -286,6 +293,9 @@ func moves(v *view, b balance, to []string, self string, aliveFor int, active []
 	for _, i := range b.deal(v)[me] {
 		if failed[i] == versionOf(v.shards[i]) {
 			continue // failed at this version: wait for a newer one, or the next tick
+		}
+		if v.ringLease.exists && sealedIn(v.shards[i], v.ringLease.gen) {
+			continue // sealed for a switch of the count (shardcount.go)
 		}
 		acquire = append(acquire, i)
 	}

@@ -3,6 +3,7 @@ package sharding
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -481,5 +482,83 @@ func TestMembership(t *testing.T) {
 	}
 	if got := jitterMax(4*time.Second, 4500*time.Millisecond); got != 250*time.Millisecond {
 		t.Errorf("jitterMax(4s, 4.5s) = %v, want 250ms (half of the margin)", got)
+	}
+}
+
+// TestReshard checks the decisions of a switch of the ring's count
+// (shardcount.go): who starts it, who seals which Lease of the ring's
+// count, and when it is complete.
+func TestReshard(t *testing.T) {
+	// Members "id:count", suffixed '?' for a join, '~' for a leave. The
+	// ring's count is 4, in generation 1; its Leases are "" free, "id"
+	// held by id, "#g" sealed in generation g, "-" missing.
+	build := func(target int, members []string, leases []string, own int) *view {
+		v := &view{members: make(map[string]memberInfo), others: make(map[shardKey]shardInfo),
+			ringLease: ringInfo{exists: true, ref: leaseRef{uid: "r", rv: "1"}, conf: ringConf{shards: 4, field: FieldUID}, gen: 1, target: target}}
+		for _, m := range members {
+			spec, count, _ := strings.Cut(m, ":")
+			mi := memberInfo{confirmed: true}
+			switch count[len(count)-1] {
+			case '?':
+				count, mi.confirmed = count[:len(count)-1], false
+			case '~':
+				count, mi.leaving = count[:len(count)-1], true
+			}
+			mi.conf.shards = map[string]int{"4": 4, "8": 8}[count]
+			mi.session = "s-" + spec
+			v.members[spec] = mi
+		}
+		v.shards = make([]shardInfo, own)
+		for i, l := range leases {
+			s := shardInfo{exists: l != "-", ref: leaseRef{uid: "u", rv: strconv.Itoa(i)}}
+			if g, ok := strings.CutPrefix(l, "#"); ok {
+				s.sealed, s.sealedGen = true, int(g[0]-'0')
+			} else if l != "-" && l != "" {
+				s.holder, s.session = l, "s-"+l
+			}
+			if own == 4 {
+				v.shards[i] = s
+			} else {
+				v.others[shardKey{4, i}] = s
+			}
+		}
+		return v
+	}
+	free := []string{"", "", "", ""}
+	for _, c := range []struct {
+		name     string
+		target   int
+		members  []string
+		leases   []string
+		self     string
+		own      int
+		settled  bool
+		want     reshardStep
+		wantMode ringMode
+	}{
+		{"no member of the ring's count: start", 0, []string{"b:8"}, free, "b", 8, true, reshardStep{start: true}, modeWaiting},
+		{"not settled yet: wait", 0, []string{"b:8"}, free, "b", 8, false, reshardStep{}, modeWaiting},
+		{"a member of the ring's count: wait", 0, []string{"a:4", "b:8"}, free, "b", 8, true, reshardStep{}, modeWaiting},
+		{"a member of the ring's count that does not count yet: wait", 0, []string{"a:4?", "b:8"}, free, "b", 8, true, reshardStep{}, modeWaiting},
+		{"the ring's count leaving: start", 0, []string{"a:4~", "b:8"}, free, "b", 8, true, reshardStep{start: true}, modeWaiting},
+		{"a waiting member that does not count: nothing", 0, []string{"b:8?"}, free, "b", 8, true, reshardStep{}, modeWaiting},
+		{"the ring's count, no switch: nothing", 0, []string{"a:4"}, free, "a", 4, true, reshardStep{}, modeLive},
+		{"switching: seal my part of the free ones", 8, []string{"a:4", "b:8"}, []string{"#1", "a", "", "-"}, "b", 8, true, reshardStep{seal: []int{3}}, modeWaiting},
+		{"switching: the holder's part, a held one it releases itself", 8, []string{"a:4", "b:8"}, []string{"#1", "a", "", "-"}, "a", 4, true, reshardStep{seal: []int{2}}, modeClosing},
+		{"switching: a seal of an earlier generation is none", 8, []string{"b:8"}, []string{"#0", "#1", "#1", "#1"}, "b", 8, true, reshardStep{seal: []int{0}}, modeWaiting},
+		{"switching: every Lease sealed: complete", 8, []string{"b:8"}, []string{"#1", "#1", "#1", "#1"}, "b", 8, true, reshardStep{complete: true}, modeWaiting},
+		{"switching, all sealed, not counted: nothing", 8, []string{"b:8?"}, []string{"#1", "#1", "#1", "#1"}, "b", 8, true, reshardStep{}, modeWaiting},
+	} {
+		v := build(c.target, c.members, c.leases, c.own)
+		got := reshard(v, c.self, c.own, c.settled)
+		if got.start != c.want.start || got.complete != c.want.complete || !slices.Equal(got.seal, c.want.seal) {
+			t.Errorf("%s: reshard = %+v, want %+v", c.name, got, c.want)
+		}
+		if m := modeOf(v.ringLease, c.own); m != c.wantMode {
+			t.Errorf("%s: modeOf = %v, want %v", c.name, m, c.wantMode)
+		}
+	}
+	if m := modeOf(ringInfo{}, 8); m != modeLive {
+		t.Errorf("modeOf without the ring's Lease = %v, want live", m)
 	}
 }

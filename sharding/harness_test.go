@@ -180,6 +180,10 @@ type ring struct {
 	timing   sharding.Config // only the timing fields are used
 	retDly   time.Duration   // how long a handler takes to return once cancelled
 	block    bool            // handlers work until cancelled
+	// blocks, if set, tells whether replica id's handlers work until
+	// cancelled, asked at each run's start (from the replicas'
+	// goroutines).
+	blocks func(id string) bool
 	workers  int             // per replica; 0 means the constant workers
 	// clientFilter makes the replicas' ListerWatchers ignore the shard
 	// selector, as a server with the ShardedListAndWatch gate off does.
@@ -345,7 +349,7 @@ func (rg *ring) start(kill bool) string {
 		}
 		gen := obj.(*appsv1.Deployment).Generation
 		work := time.After(workTime)
-		if rg.block {
+		if rg.block || rg.blocks != nil && rg.blocks(id) {
 			work = nil
 		}
 		select {
@@ -480,26 +484,33 @@ func (rg *ring) waitBalanced(limit time.Duration) time.Duration {
 
 // update bumps the generation of n random objects.
 func (rg *ring) update(n int) {
-	ctx := context.Background()
 	for i := range n {
 		if i%20 == 19 {
 			// Let the informers drain their watches: the fake's
 			// watch channels hold 100 events and panic when full.
 			synctest.Wait()
 		}
-		name := rg.names[rg.rng.IntN(len(rg.names))]
-		d, err := rg.objs.AppsV1().Deployments(objectsNS).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			rg.t.Errorf("get %s: %v", name, err) // not Fatal: churn runs on its own goroutine
+		if !rg.bump(rg.names[rg.rng.IntN(len(rg.names))]) {
 			return
 		}
-		d.Generation++
-		if _, err := rg.objs.AppsV1().Deployments(objectsNS).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
-			rg.t.Errorf("update %s: %v", name, err)
-			return
-		}
-		rg.tr.wrote(objectsNS+"/"+name, d.Generation)
 	}
+}
+
+// bump bumps the generation of object name, and reports whether it did.
+func (rg *ring) bump(name string) bool {
+	ctx := context.Background()
+	d, err := rg.objs.AppsV1().Deployments(objectsNS).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		rg.t.Errorf("get %s: %v", name, err) // not Fatal: churn runs on its own goroutine
+		return false
+	}
+	d.Generation++
+	if _, err := rg.objs.AppsV1().Deployments(objectsNS).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		rg.t.Errorf("update %s: %v", name, err)
+		return false
+	}
+	rg.tr.wrote(objectsNS+"/"+name, d.Generation)
+	return true
 }
 
 // churn updates a few objects every 100ms for d, so handlers run while

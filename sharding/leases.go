@@ -50,6 +50,15 @@ const (
 	// replica of the ring must share them (shardcount.go).
 	AnnotationShards = "sharding.go-coalesce.io/shards"
 	AnnotationField  = "sharding.go-coalesce.io/field"
+	// AnnotationGeneration, on the ring's Lease, counts the switches of
+	// the ring's shard count (absent: 0); AnnotationTarget, on the ring's
+	// Lease, is the count the ring is switching to (absent: none); and
+	// AnnotationSealed, on a released shard Lease, is the generation in
+	// which it was sealed for a switch: it is not acquired again in that
+	// generation (shardcount.go).
+	AnnotationGeneration = "sharding.go-coalesce.io/generation"
+	AnnotationTarget     = "sharding.go-coalesce.io/target"
+	AnnotationSealed     = "sharding.go-coalesce.io/sealed"
 
 	roleMember = "member"
 	roleShard  = "shard"
@@ -57,8 +66,14 @@ const (
 )
 
 func memberLeaseName(ring, identity string) string { return ring + "-member-" + identity }
-func shardLeaseName(ring string, i int) string     { return ring + "-shard-" + strconv.Itoa(i) }
 func ringLeaseName(ring string) string             { return ring + "-ring" }
+
+// shardLeaseName names shard i of a ring of shards shards. The count is
+// part of the name: shard 3 of 16 and shard 3 of 32 cover different
+// ranges, and during a switch of the count both Leases exist.
+func shardLeaseName(ring string, shards, i int) string {
+	return ring + "-shard-" + strconv.Itoa(i) + "-of-" + strconv.Itoa(shards)
+}
 
 func newSession() string { return fmt.Sprintf("%016x", rand.Uint64()) }
 
@@ -160,7 +175,7 @@ func (l *leaseIO) deleteMember(ctx context.Context, identity string, ref leaseRe
 // the condition that it is still the version s (or still missing: a
 // Create, which fails if another replica was faster).
 func (l *leaseIO) acquireShard(ctx context.Context, i int, s shardInfo, session string, now time.Time) (*coordinationv1.Lease, error) {
-	lease := l.shardLease(i, l.identity, session, s.transitions+1, now)
+	lease := l.shardLease(l.shards, i, l.identity, session, s.transitions+1, now)
 	if !s.exists {
 		out, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
 		l.report("create", err)
@@ -172,14 +187,37 @@ func (l *leaseIO) acquireShard(ctx context.Context, i int, s shardInfo, session 
 }
 
 // releaseShard empties shard i's Lease, on the condition that it is still
-// the version ref names; next names the planned taker ("" none).
-func (l *leaseIO) releaseShard(ctx context.Context, i int, ref leaseRef, next string, now time.Time) (*coordinationv1.Lease, error) {
-	lease := l.shardLease(i, "", "", 0, now)
+// the version ref names; next names the planned taker ("" none), and
+// seal, if not negative, seals it in that generation of the ring (a
+// switch of the count is in progress: shardcount.go).
+func (l *leaseIO) releaseShard(ctx context.Context, i int, ref leaseRef, next string, seal int, now time.Time) (*coordinationv1.Lease, error) {
+	lease := l.shardLease(l.shards, i, "", "", 0, now)
 	lease.Spec.AcquireTime = nil
 	if next != "" {
 		lease.Annotations[annotationNext] = next
 	}
+	if seal >= 0 {
+		lease.Annotations[AnnotationSealed] = strconv.Itoa(seal)
+	}
 	out, err := l.leases().Update(ctx, ref.on(lease), metav1.UpdateOptions{})
+	l.report("update", err)
+	return out, err
+}
+
+// sealShard seals shard i of a ring of shards shards, which no live
+// member holds, in generation gen: an update conditioned on the version
+// s, or a Create if s is missing (which fails if another replica created
+// it first). A sealed Lease names no holder.
+func (l *leaseIO) sealShard(ctx context.Context, shards, i int, s shardInfo, gen int, now time.Time) (*coordinationv1.Lease, error) {
+	lease := l.shardLease(shards, i, "", "", s.transitions, now)
+	lease.Spec.AcquireTime = nil
+	lease.Annotations[AnnotationSealed] = strconv.Itoa(gen)
+	if !s.exists {
+		out, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
+		l.report("create", err)
+		return out, err
+	}
+	out, err := l.leases().Update(ctx, s.ref.on(lease), metav1.UpdateOptions{})
 	l.report("update", err)
 	return out, err
 }
@@ -210,21 +248,21 @@ func (l *leaseIO) memberLease(session string, start, now time.Time) *coordinatio
 	}
 }
 
-// shardLease is shard i's Lease held by holder in session ("" and "" for
-// a released shard).
-func (l *leaseIO) shardLease(i int, holder, session string, transitions int32, now time.Time) *coordinationv1.Lease {
+// shardLease is shard i's Lease, of a ring of shards shards, held by
+// holder in session ("" and "" for a released shard).
+func (l *leaseIO) shardLease(shards, i int, holder, session string, transitions int32, now time.Time) *coordinationv1.Lease {
 	t := metav1.NewMicroTime(now)
 	secs := l.seconds
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      shardLeaseName(l.ring, i),
+			Name:      shardLeaseName(l.ring, shards, i),
 			Namespace: l.namespace,
 			Labels:    map[string]string{LabelRing: l.ring, LabelRole: roleShard},
 			Annotations: map[string]string{
 				AnnotationSession: session,
-				AnnotationShards:  strconv.Itoa(l.shards),
+				AnnotationShards:  strconv.Itoa(shards),
 				AnnotationField:   l.field,
-				AnnotationRange:   Selector(l.field, l.shards, []int{i}).String(),
+				AnnotationRange:   Selector(l.field, shards, []int{i}).String(),
 			},
 		},
 		Spec: coordinationv1.LeaseSpec{
@@ -238,23 +276,44 @@ func (l *leaseIO) shardLease(i int, holder, session string, transitions int32, n
 }
 
 // createRing creates the ring's Lease, which records this replica's
-// shard count and field for every replica of the ring: it fails
-// (AlreadyExists) if the ring has one.
+// shard count (generation 0) and field for every replica of the ring: it
+// fails (AlreadyExists) if the ring has one.
 func (l *leaseIO) createRing(ctx context.Context, now time.Time) (*coordinationv1.Lease, error) {
+	out, err := l.leases().Create(ctx, l.ringLease(l.shards, 0, 0, now), metav1.CreateOptions{})
+	l.report("create", err)
+	return out, err
+}
+
+// writeRing updates the ring's Lease, on the condition that it is still
+// the version ref names, to say that the ring's count is shards in
+// generation gen, switching to target (0: none). See shardcount.go.
+func (l *leaseIO) writeRing(ctx context.Context, ref leaseRef, shards, gen, target int, now time.Time) (*coordinationv1.Lease, error) {
+	out, err := l.leases().Update(ctx, ref.on(l.ringLease(shards, gen, target, now)), metav1.UpdateOptions{})
+	l.report("update", err)
+	return out, err
+}
+
+// ringLease is the ring's Lease. It names no holder and is never renewed;
+// only its annotations are read back, and its renewTime says when it was
+// last written, for people reading it.
+func (l *leaseIO) ringLease(shards, gen, target int, now time.Time) *coordinationv1.Lease {
 	t := metav1.NewMicroTime(now)
-	out, err := l.leases().Create(ctx, &coordinationv1.Lease{
+	a := map[string]string{AnnotationShards: strconv.Itoa(shards), AnnotationField: l.field}
+	if gen > 0 {
+		a[AnnotationGeneration] = strconv.Itoa(gen)
+	}
+	if target > 0 {
+		a[AnnotationTarget] = strconv.Itoa(target)
+	}
+	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        ringLeaseName(l.ring),
 			Namespace:   l.namespace,
 			Labels:      map[string]string{LabelRing: l.ring, LabelRole: roleRing},
-			Annotations: map[string]string{AnnotationShards: strconv.Itoa(l.shards), AnnotationField: l.field},
+			Annotations: a,
 		},
-		// When, for people reading the Lease. It names no holder, is
-		// never renewed, and only its annotations are read back.
-		Spec: coordinationv1.LeaseSpec{AcquireTime: &t},
-	}, metav1.CreateOptions{})
-	l.report("create", err)
-	return out, err
+		Spec: coordinationv1.LeaseSpec{RenewTime: &t},
+	}
 }
 
 // authorized reports whether err, the failure of a request, is an answer

@@ -17,7 +17,7 @@ import (
 // Lease missing from the list is gone unless the view holds it at a newer
 // version than the list.
 func TestRingViewReplace(t *testing.T) {
-	g := newRingView("r", 3)
+	g := newRingView("r", 4)
 	member := func(id string, rv int) any {
 		return &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: "r-member-" + id, ResourceVersion: strconv.Itoa(rv),
@@ -27,9 +27,9 @@ func TestRingViewReplace(t *testing.T) {
 	}
 	shard := func(i, rv int) any {
 		return &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: "r-shard-" + strconv.Itoa(i), ResourceVersion: strconv.Itoa(rv),
+			ObjectMeta: metav1.ObjectMeta{Name: shardLeaseName("r", 4, i), ResourceVersion: strconv.Itoa(rv),
 				Labels:      map[string]string{LabelRole: roleShard},
-				Annotations: map[string]string{AnnotationShards: "3"}},
+				Annotations: map[string]string{AnnotationShards: "4"}},
 		}
 	}
 	for _, le := range []any{

@@ -278,6 +278,7 @@ func (r *Replica) decide(ctx context.Context, tick bool) {
 	if tick && !st.leaving {
 		r.aliveFor++
 	}
+	mode := r.reshape(ctx, v) // a switch of the ring's count: shardcount.go
 	b := balanceOf(v, r.shards)
 	to := b.plan(v)
 	r.plans.update(to, now)
@@ -307,6 +308,19 @@ func (r *Replica) decide(ctx context.Context, tick bool) {
 	} else {
 		r.plans.prefetch = prefetch(v, to, r.cfg.Identity)
 	}
+	if mode != modeLive {
+		// The ring's count is switching away from this replica's
+		// (closing) or is another (waiting): no shard of this count is
+		// taken, and an active one is given up at once, with no taker
+		// (its release seals it, shardcount.go). Waiting, the replica
+		// fills the share it will be dealt once the ring has its count.
+		acquire, drain, to = nil, active, make([]string, len(to))
+		r.plans.handoffAt, r.plans.prefetch = time.Time{}, nil
+		if mode == modeWaiting && !st.leaving && counted {
+			r.plans.prefetch = b.deal(v)[k]
+		}
+	}
+	r.plans.waiting = mode == modeWaiting
 	if len(drain) > 0 {
 		for _, i := range drain {
 			r.plans.giveTo[i] = to[i]
@@ -342,6 +356,11 @@ type planned struct {
 	// the last decision (counts, decide.go), and share its share then.
 	counted bool
 	share   int
+	// mode is the replica's mode in the ring at the last decision
+	// (shardcount.go); waiting is mode == modeWaiting, kept across
+	// reset (a lapse does not change the ring's count).
+	mode    ringMode
+	waiting bool
 }
 
 // reset forgets the plan (the session is over: nothing is prefetched).
@@ -418,12 +437,16 @@ func (r *Replica) progress(api context.Context) time.Time {
 	}
 	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
 	defer cancel()
+	seal := -1 // the ring switches away from this count: seal each release
+	if ri := r.ring.ringInfo(); modeOf(ri, r.shards) != modeLive {
+		seal = ri.gen
+	}
 	for _, i := range release {
 		s := r.ring.shard(i)
 		if !mayRelease(s, r.cfg.Identity, session, r.tried.shard[i]) {
 			continue
 		}
-		out, err := r.io.releaseShard(ctx, i, s.ref, r.plans.giveTo[i], now)
+		out, err := r.io.releaseShard(ctx, i, s.ref, r.plans.giveTo[i], seal, now)
 		if err != nil {
 			// Changed or deleted under us (a deleted Lease answers 409
 			// too, for the UID): the session is over, or this is our own

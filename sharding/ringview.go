@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
@@ -26,12 +27,15 @@ import (
 type view struct {
 	members map[string]memberInfo // by identity
 	shards  []shardInfo           // by shard index
-	// ringLease is the ring's Lease; extra are the shard Leases of
-	// indices from the view's shard count on, which only a ring of
-	// another count writes (shardcount.go).
+	// ringLease is the ring's Lease; others are the shard Leases of the
+	// other shard counts, which only a switch of the ring's count, or a
+	// replica of another count, writes (shardcount.go).
 	ringLease ringInfo
-	extra     map[int]shardInfo
+	others    map[shardKey]shardInfo
 }
+
+// shardKey names shard i of a ring of shards shards.
+type shardKey struct{ shards, i int }
 
 // dropMember removes member id from the view, as its fence deleted its
 // Lease: its shards are free in this decision.
@@ -79,6 +83,11 @@ type shardInfo struct {
 	transitions int32
 	conf        ringConf  // of the replica that wrote it (shardcount.go)
 	acquired    time.Time // the Lease's acquireTime, for the ring page only
+	// sealed is true on a Lease sealed for a switch of the ring's count,
+	// in the ring's generation sealedGen (AnnotationSealed,
+	// shardcount.go).
+	sealed    bool
+	sealedGen int
 }
 
 // Annotations of the planned moves (make before break, decide.go plan):
@@ -171,7 +180,7 @@ type ringView struct {
 	members   map[string]memberInfo
 	shards    []shardInfo
 	ringLease ringInfo
-	extra     map[int]shardInfo
+	others    map[shardKey]shardInfo
 	isSync    bool
 }
 
@@ -182,7 +191,7 @@ func newRingView(ring string, shards int) *ringView {
 		synced:  make(chan struct{}),
 		members: make(map[string]memberInfo),
 		shards:  make([]shardInfo, shards),
-		extra:   make(map[int]shardInfo),
+		others:  make(map[shardKey]shardInfo),
 	}
 }
 
@@ -224,7 +233,7 @@ func (g *ringView) snapshot(v *view) {
 	maps.Copy(v.members, g.members)
 	v.shards = append(v.shards[:0], g.shards...)
 	v.ringLease = g.ringLease
-	v.extra = maps.Clone(g.extra)
+	v.others = maps.Clone(g.others)
 }
 
 func (g *ringView) poke() {
@@ -238,6 +247,7 @@ func (g *ringView) poke() {
 type parsed struct {
 	member string // the identity, for a membership Lease
 	shard  int    // the index, for a shard Lease; -1 otherwise
+	count  int    // the shard count in a shard Lease's name
 	ring   bool   // the ring's Lease
 	m      memberInfo
 	s      shardInfo
@@ -264,9 +274,10 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 		// counts as confirmed, as every member did then.
 		confirmed := le.Spec.AcquireTime == nil || le.Spec.RenewTime == nil ||
 			!le.Spec.AcquireTime.Equal(le.Spec.RenewTime)
+		conf := confOf(le)
 		return parsed{member: id, shard: -1, m: memberInfo{ref: refOf(le),
-			session: le.Annotations[AnnotationSession], confirmed: confirmed, conf: confOf(le),
-			synced:  parseShards(le.Annotations[annotationSynced], g.shardCount),
+			session: le.Annotations[AnnotationSession], confirmed: confirmed, conf: conf,
+			synced:  parseShards(le.Annotations[annotationSynced], cmp.Or(conf.shards, g.shardCount)),
 			leaving: le.Annotations[annotationLeaving] == "true",
 			started: microTime(le.Spec.AcquireTime), renewed: microTime(le.Spec.RenewTime),
 			report: le.Annotations[AnnotationReport]}}, true
@@ -274,23 +285,29 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 		if le.Name != ringLeaseName(g.ring) {
 			return parsed{}, false
 		}
-		return parsed{shard: -1, ring: true, r: ringInfo{exists: true, ref: refOf(le), conf: confOf(le)}}, true
+		return parsed{shard: -1, ring: true, r: ringInfoOf(le)}, true
 	case roleShard:
 		s, ok := strings.CutPrefix(le.Name, g.ring+"-shard-")
 		if !ok {
 			return parsed{}, false
 		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 || n >= maxShards {
+		idx, of, ok := strings.Cut(s, "-of-")
+		if !ok {
 			return parsed{}, false
 		}
+		n, err := strconv.Atoi(idx)
+		count, cerr := strconv.Atoi(of)
+		if err != nil || cerr != nil || !validShards(count) || n < 0 || n >= count {
+			return parsed{}, false
+		}
+		sealed, serr := strconv.Atoi(le.Annotations[AnnotationSealed])
 		var tr int32
 		if le.Spec.LeaseTransitions != nil {
 			tr = *le.Spec.LeaseTransitions
 		}
-		return parsed{shard: n, s: shardInfo{exists: true, ref: refOf(le), holder: holder,
+		return parsed{shard: n, count: count, s: shardInfo{exists: true, ref: refOf(le), holder: holder,
 			session: le.Annotations[AnnotationSession], next: le.Annotations[annotationNext], transitions: tr, conf: confOf(le),
-			acquired: microTime(le.Spec.AcquireTime)}}, true
+			acquired: microTime(le.Spec.AcquireTime), sealed: serr == nil && holder == "", sealedGen: sealed}}, true
 	}
 	return parsed{}, false
 }
@@ -462,7 +479,7 @@ func (g *ringView) Replace(items []any, listRV string) error {
 	}
 	for i, listed := range shards {
 		if !listed {
-			g.removeLocked(parsed{shard: i}, unlisted)
+			g.removeLocked(parsed{shard: i, count: g.shardCount}, unlisted)
 		}
 	}
 	g.replaceOthersLocked(ps, unlisted)

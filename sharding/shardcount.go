@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -13,56 +14,69 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// This file keeps every replica of a ring on one shard count and one
-// hashed field. Shard Leases are named by index, so shard 3 of 16 and
-// shard 3 of 32 would be one Lease covering two ranges, and shard 6 of 32
-// (a part of shard 3 of 16) another Lease: two replicas of different
-// counts could each hold, by a conditional write that never meets the
-// other's, a range that overlaps the other's, or leave a range to nobody.
-// Exclusion must hold by range, and the Leases hold it by name only
-// within one count. So a ring has one count, fixed when it is created:
+// This file is the ring's shard count and field, and how the count
+// changes while the ring runs.
 //
-//   - The ring's Lease ("<Name>-ring") records the count and field of the
-//     replica that created it. Only a Create makes it, and no replica
-//     changes or deletes it, so it names one configuration for the ring's
-//     life. Before its first membership write, a replica reads it from
-//     the view (its first list), or creates it; a Create that finds it
-//     (AlreadyExists: another replica was first) waits for the watch to
-//     deliver it. Of two replicas that start at once with different
-//     counts, exactly one creates it, and the other refuses.
-//   - A replica configured otherwise refuses (refuseRing): it never
-//     writes a membership Lease nor a shard Lease; Run returns an error
-//     that names both configurations and wraps ErrRingMismatch; Ready
-//     fails with it, Metrics.Mismatch is 1 and it is logged at default
-//     verbosity. The replicas already in the ring go on, untouched.
-//   - The view also shows what only a ring mixed outside this protocol
-//     can show (the ring's Lease deleted by hand while replicas of it run,
-//     or replicas of a version that did not record the count): a shard
-//     Lease of another configuration held by a live member, or a ring's
-//     Lease of another configuration. A replica that sees either before
-//     joining refuses; one that sees either while it runs stops admitting
-//     keys and leaves the ring (its shards are drained and released), and
-//     Run returns the same error: exclusion by range cannot be shown
-//     then, so no replica of either configuration keeps running keys.
-//   - Members of another configuration (AnnotationShards on their Lease)
-//     get no share (balanceOf, decide.go), so a member that refuses can
-//     never leave shards unheld by holding a share it will not take.
+// Exclusion must hold by hash range, and a shard Lease holds it only
+// among the Leases of one count: shard 3 of 16 covers shards 6 and 7 of
+// 32, which are other Leases, so two replicas could each win a
+// conditional write on a Lease of its own count and admit overlapping
+// ranges. So at any time one count is the ring's, and only its Leases
+// are acquired. The ring's Lease ("<Name>-ring", created by the first
+// replica of the ring) says which: AnnotationShards is the ring's count
+// (and AnnotationField its field, which never changes), in generation
+// AnnotationGeneration.
 //
-// A shard Lease of another count whose holder is gone (a ring stopped,
-// its ring's Lease deleted, and started again with another count, as the
-// procedure in docs/operate.md does) is free: it is acquired by an update
-// conditioned on its version, as any free shard, and rewritten with this
-// replica's count. Shard Leases of indices at or beyond the count are
-// kept in the view (extra) for the check only.
+// A replica configured with another count joins the ring as a member
+// that holds nothing (modeWaiting): it fills its cache for the share it
+// will take once the ring has its count (the free shards its count's
+// members would be dealt) and is Ready once that share is in its cache,
+// so a rolling update that changes Config.Shards proceeds. When no
+// member of the ring's count counts any more (they left, as the
+// rollout's old pods do), a waiting member switches the ring to its count
+// in three steps, each a write conditioned on the version it read:
+//
+//  1. It writes the target count into the ring's Lease (AnnotationTarget).
+//     From then on no Lease of the ring's count is acquired; its holders
+//     (modeClosing) stop admitting, drain and release each shard sealed
+//     in the ring's generation g (AnnotationSealed), and the members seal
+//     every free one (or create it sealed, where it is missing).
+//  2. Once every Lease of the ring's count is sealed in g, a member writes
+//     the ring's Lease with the target as its count, in generation g+1.
+//  3. The members of the new count acquire its shards as in any ring:
+//     each takes the shards it filled while waiting, so their keys wait
+//     for the old holders' drain and three Lease round trips, not for a
+//     list.
+//
+// Why no key runs twice. A Lease is acquired only in the generation in
+// which its count is the ring's, and never while it is sealed in that
+// generation. The switch to g+1 is written only once every Lease of the
+// old count exists sealed in g; sealing a Lease is a conditional write on
+// a version that no live member holds (or the holder's own release), so
+// no Lease of the old count is held at the switch, and none can be
+// acquired after it: a replica whose view is behind (it still sees
+// generation g without a target) writes on a version older than the
+// seal, which the server refuses, or creates a Lease that exists. Leases
+// of the new count were acquirable in no generation since the last time
+// it was the ring's, and that time ended with all of them sealed.
+// Switching back is the same in reverse, in a later generation; a switch
+// that finds no member of its target (a rollout rolled back) completes
+// and is followed by a switch back.
+//
+// The field cannot change so: ranges of two fields do not nest, and
+// nothing tells which key an object had in the other. A replica
+// configured with another field refuses (refuseRing): it writes nothing;
+// Run returns an error that names both and wraps ErrRingMismatch; Ready
+// fails with it, Metrics.Mismatch is 1 and it is logged at default
+// verbosity. The same refusal, for the replicas already running, meets a
+// ring mixed outside this protocol (the ring's Lease deleted by hand
+// while replicas of another count hold shards): a Lease of a count that
+// is not the ring's held by a live member.
 
 // ErrRingMismatch is wrapped by the error Run returns when the ring's
 // Leases were written by replicas configured with another Config.Shards
 // or Config.Field (errors.Is tells it).
 var ErrRingMismatch = errors.New("sharding: the ring has another shard count or field")
-
-// maxShards bounds the shard index the view reads from a Lease name (see
-// validShards).
-const maxShards = 1 << 16
 
 // ringConf is what every replica of a ring must share: the shard count
 // and the hashed field. Zero parts are unknown (a Lease written before
@@ -102,7 +116,116 @@ func confOf(le *coordinationv1.Lease) ringConf {
 type ringInfo struct {
 	exists bool
 	ref    leaseRef
-	conf   ringConf
+	conf   ringConf // the ring's count now, and its field
+	gen    int      // AnnotationGeneration
+	target int      // AnnotationTarget: the count being switched to; 0 none
+}
+
+func ringInfoOf(le *coordinationv1.Lease) ringInfo {
+	gen, _ := strconv.Atoi(le.Annotations[AnnotationGeneration])
+	target, err := strconv.Atoi(le.Annotations[AnnotationTarget])
+	if err != nil || !validShards(target) {
+		target = 0
+	}
+	return ringInfo{exists: true, ref: refOf(le), conf: confOf(le), gen: max(gen, 0), target: target}
+}
+
+// What a replica of one count does in the ring (modeOf).
+type ringMode uint8
+
+const (
+	modeLive    ringMode = iota // its count is the ring's: it holds shards
+	modeClosing                 // its count is the ring's, switching away: it releases every shard, sealed
+	modeWaiting                 // another count is the ring's: it holds nothing and fills its share
+)
+
+// modeOf is the mode of a replica configured with own shards in the ring
+// whose Lease is ri. A ring without its Lease (deleted by hand while the
+// ring runs) keeps the replica's count: ringConflict refuses where that
+// would mix counts.
+func modeOf(ri ringInfo, own int) ringMode {
+	switch {
+	case ri.exists && ri.conf.shards != 0 && ri.conf.shards != own:
+		return modeWaiting
+	case ri.exists && ri.target != 0:
+		return modeClosing
+	}
+	return modeLive
+}
+
+// String names the mode for logs and the ring page.
+func (m ringMode) String() string {
+	return [...]string{"live", "closing", "waiting"}[m]
+}
+
+// leaseOf returns shard i of a ring of shards shards as v shows it, for a
+// replica configured with own shards (whose own Leases are v.shards).
+func leaseOf(v *view, own, shards, i int) shardInfo {
+	if shards == own {
+		return v.shards[i]
+	}
+	return v.others[shardKey{shards, i}]
+}
+
+// sealedIn reports whether s is sealed in generation gen.
+func sealedIn(s shardInfo, gen int) bool { return s.exists && s.sealed && s.sealedGen == gen }
+
+// reshardStep is self's part in a switch of the ring's count (reshard).
+type reshardStep struct {
+	start    bool  // write the ring's target: self's count
+	complete bool  // write the switch done: the target is the ring's count, next generation
+	seal     []int // seal these free Leases of the ring's count now
+}
+
+// reshard decides self's part, as a replica configured with own shards,
+// in a switch of the ring's count, from v (see the file comment). Only a
+// member that counts (counts, decide.go) writes. It starts a switch to
+// its count when that is not the ring's, no member of the ring's count is
+// in v but those leaving, and settled is true (the caller's session has
+// seen the renewals of the members that started with it: a ring's
+// creator is a member a period after it created the ring, and one that
+// crashed is until it is fenced); during a switch it seals its part of the free Leases of the
+// ring's count (shard i is sealed by the counting member at position
+// i mod n in identity order, so that each is written once), and records
+// the switch once every one of them is sealed in the ring's generation.
+func reshard(v *view, self string, own int, settled bool) reshardStep {
+	ri := v.ringLease
+	live := ri.conf.shards
+	if !ri.exists || !validShards(live) {
+		return reshardStep{}
+	}
+	var ids []string
+	ringCounts := false // a member of the ring's count is in v, not leaving
+	for id, m := range v.members {
+		if (m.conf.shards == 0 || m.conf.shards == live) && !m.leaving {
+			ringCounts = true
+		}
+		if counts(m) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	k := slices.Index(ids, self)
+	if k < 0 {
+		return reshardStep{}
+	}
+	if ri.target == 0 {
+		return reshardStep{start: own != live && !ringCounts && settled}
+	}
+	var step reshardStep
+	all := true
+	for i := range live {
+		s := leaseOf(v, own, live, i)
+		if sealedIn(s, ri.gen) {
+			continue
+		}
+		all = false
+		if i%len(ids) == k && !holds(v, s) {
+			step.seal = append(step.seal, i)
+		}
+	}
+	step.complete = all
+	return step
 }
 
 // mismatchError is a refusal to join, or to stay in, a ring configured
@@ -118,46 +241,63 @@ func mismatchf(format string, args ...any) error {
 
 // ringConflict decides whether a replica configured with ours, named
 // self, must refuse ring as v shows it: the ring's Lease names another
-// configuration, or a shard Lease of another configuration is held (its
-// holder's membership Lease is in v with the Lease's session). It returns
-// the refusal, naming both configurations, or nil.
+// field; or a shard Lease held by a live member (its membership Lease is
+// in v with the Lease's session) was written with another field, or is
+// of a count that is not the ring's (ours, if the ring has no Lease). It
+// returns the refusal, naming both configurations, or nil.
 func ringConflict(v *view, ring, namespace, self string, ours ringConf) error {
-	if rl := v.ringLease; rl.exists && !rl.conf.agrees(ours) {
-		return mismatchf("sharding: this replica has Config.Shards %d and Config.Field %s, but ring %q was created with %v "+
-			"(Lease %s/%s); run every replica of a ring with the same Shards and Field, or change them as sharding/docs/operate.md says (stop the ring, delete its Leases)",
-			ours.shards, ours.field, ring, rl.conf, namespace, ringLeaseName(ring))
+	rl := v.ringLease
+	if rl.exists && rl.conf.field != "" && rl.conf.field != ours.field {
+		return mismatchf("sharding: this replica has Config.Field %s, but ring %q was created with Field %s "+
+			"(Lease %s/%s); the field of a running ring cannot change: run every replica of a ring with the same Field, "+
+			"or change it as sharding/docs/operate.md says (stop the ring, delete its Leases)",
+			ours.field, ring, rl.conf.field, namespace, ringLeaseName(ring))
 	}
-	check := func(i int, s shardInfo) error {
-		if s.conf.agrees(ours) || !holds(v, s) || s.holder == self {
+	live := ours.shards
+	if rl.exists && rl.conf.shards != 0 {
+		live = rl.conf.shards
+	}
+	check := func(k shardKey, s shardInfo) error {
+		if !holds(v, s) || s.holder == self {
 			return nil
 		}
-		return mismatchf("sharding: this replica has Config.Shards %d and Config.Field %s, but shard Lease %s/%s of ring %q, held by %q, was written with %v; "+
-			"run every replica of a ring with the same Shards and Field",
-			ours.shards, ours.field, namespace, shardLeaseName(ring, i), ring, s.holder, s.conf)
+		if s.conf.field != "" && s.conf.field != ours.field {
+			return mismatchf("sharding: this replica has Config.Field %s, but shard Lease %s/%s of ring %q, held by %q, was written with Field %s; "+
+				"run every replica of a ring with the same Field",
+				ours.field, namespace, shardLeaseName(ring, k.shards, k.i), ring, s.holder, s.conf.field)
+		}
+		if k.shards != live {
+			return mismatchf("sharding: this replica has Config.Shards %d, and ring %q has Shards %d, but shard Lease %s/%s, held by %q, is of Shards %d: "+
+				"the ring was mixed outside its protocol (its Lease %s/%s deleted while it ran?); stop every replica and delete the ring's Leases",
+				ours.shards, ring, live, namespace, shardLeaseName(ring, k.shards, k.i), s.holder, k.shards, namespace, ringLeaseName(ring))
+		}
+		return nil
 	}
 	for i, s := range v.shards {
-		if err := check(i, s); err != nil {
+		if err := check(shardKey{ours.shards, i}, s); err != nil {
 			return err
 		}
 	}
-	for i, s := range v.extra {
-		if err := check(i, s); err != nil {
+	for k, s := range v.others {
+		if err := check(k, s); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// The view's side: the ring's Lease and the extra shard Leases, kept by
-// the rules of the others (a version moves only forward).
+// The view's side: the ring's Lease and the shard Leases of the other
+// counts, kept by the rules of the others (a version moves only forward).
 
-// otherLocked reports whether p is the ring's Lease or an extra shard
-// Lease. g.mu must be held.
-func (g *ringView) otherLocked(p parsed) bool { return p.ring || p.shard >= len(g.shards) }
+// otherLocked reports whether p is the ring's Lease or a shard Lease of
+// another count. g.mu must be held.
+func (g *ringView) otherLocked(p parsed) bool {
+	return p.ring || p.shard >= 0 && p.count != g.shardCount
+}
 
-// setOtherLocked stores p if it is the ring's Lease or an extra shard
-// Lease (handled), and reports whether that changed the view. g.mu must
-// be held.
+// setOtherLocked stores p if it is the ring's Lease or a shard Lease of
+// another count (handled), and reports whether that changed the view.
+// g.mu must be held.
 func (g *ringView) setOtherLocked(p parsed) (handled, changed bool) {
 	switch {
 	case p.ring:
@@ -167,20 +307,21 @@ func (g *ringView) setOtherLocked(p parsed) (handled, changed bool) {
 		}
 		g.ringLease = p.r
 		return true, true
-	case p.shard >= len(g.shards):
-		cur, ok := g.extra[p.shard]
+	case g.otherLocked(p):
+		k := shardKey{p.count, p.shard}
+		cur, ok := g.others[k]
 		if ok && (cur.ref == p.s.ref || olderRV(p.s.ref.rv, cur.ref.rv)) {
 			return true, false
 		}
-		g.extra[p.shard] = p.s
+		g.others[k] = p.s
 		return true, true
 	}
 	return false, false
 }
 
-// removeOtherLocked drops the ring's Lease or an extra shard Lease
-// (handled) unless the view's version is newer than ref, and reports
-// whether it did. g.mu must be held.
+// removeOtherLocked drops the ring's Lease or a shard Lease of another
+// count (handled) unless the view's version is newer than ref, and
+// reports whether it did. g.mu must be held.
 func (g *ringView) removeOtherLocked(p parsed, ref leaseRef) (handled, changed bool) {
 	switch {
 	case p.ring:
@@ -189,38 +330,47 @@ func (g *ringView) removeOtherLocked(p parsed, ref leaseRef) (handled, changed b
 		}
 		g.ringLease = ringInfo{}
 		return true, true
-	case p.shard >= len(g.shards):
-		cur, ok := g.extra[p.shard]
+	case g.otherLocked(p):
+		k := shardKey{p.count, p.shard}
+		cur, ok := g.others[k]
 		if !ok || olderRV(ref.rv, cur.ref.rv) {
 			return true, false
 		}
-		delete(g.extra, p.shard)
+		delete(g.others, k)
 		return true, true
 	}
 	return false, false
 }
 
-// replaceOthersLocked drops the ring's Lease and the extra shard Leases
-// that a relist (ps, at unlisted) no longer shows. g.mu must be held.
+// replaceOthersLocked drops the ring's Lease and the shard Leases of
+// other counts that a relist (ps, at unlisted) no longer shows. g.mu must
+// be held.
 func (g *ringView) replaceOthersLocked(ps []parsed, unlisted leaseRef) {
 	ring := false
-	extra := make(map[int]bool)
+	others := make(map[shardKey]bool)
 	for _, p := range ps {
 		switch {
 		case p.ring:
 			ring = true
-		case p.shard >= len(g.shards):
-			extra[p.shard] = true
+		case g.otherLocked(p):
+			others[shardKey{p.count, p.shard}] = true
 		}
 	}
 	if !ring {
 		g.removeOtherLocked(parsed{shard: -1, ring: true}, unlisted)
 	}
-	for i := range g.extra {
-		if !extra[i] {
-			g.removeOtherLocked(parsed{shard: i}, unlisted)
+	for k := range g.others {
+		if !others[k] {
+			g.removeOtherLocked(parsed{shard: k.i, count: k.shards}, unlisted)
 		}
 	}
+}
+
+// ringInfo returns the ring's Lease as the view has it.
+func (g *ringView) ringInfo() ringInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ringLease
 }
 
 // The replica's side.
@@ -253,7 +403,7 @@ func (r *Replica) refuseRing(err error) {
 		return
 	}
 	setGauge(r.cfg.Metrics.Mismatch, 1)
-	klog.ErrorS(err, "sharding: refusing the ring: its replicas are configured with another shard count or field",
+	klog.ErrorS(err, "sharding: refusing the ring: it has another field, or was mixed outside its protocol",
 		"ring", r.cfg.Name, "identity", r.cfg.Identity, "namespace", r.cfg.Namespace, "shards", r.shards, "field", r.field)
 }
 
@@ -275,9 +425,10 @@ func (r *Replica) checkRing(v *view) bool {
 }
 
 // claimRing makes sure, before the replica's first membership write, that
-// the ring is configured as this replica: from the view (its first list
-// is in), or by creating the ring's Lease. It returns nil once the ring
-// agrees; the refusal (a mismatchError, recorded by refuseRing) if it
+// the ring has a Lease and this replica's field: from the view (its first
+// list is in), or by creating the ring's Lease with this replica's count.
+// It returns nil once the ring agrees (its count may differ: the replica
+// then waits, modeWaiting); the refusal (a mismatchError, recorded by refuseRing) if it
 // does not; nil too if ctx ends first; and r.stopErr if a request it
 // needs is refused for LeaseDuration (forbidden.go). A Create that fails
 // otherwise is tried again a RetryPeriod later.
@@ -329,4 +480,64 @@ func (r *Replica) claimRing(ctx context.Context) error {
 		}
 		timer.Reset(wait)
 	}
+}
+
+// reshape makes this replica's writes in a switch of the ring's count
+// (reshard) on the view v, and follows the replica's mode: logged at
+// default verbosity and Metrics.Mismatch set when it changes. It returns
+// the mode.
+func (r *Replica) reshape(ctx context.Context, v *view) ringMode {
+	ri := v.ringLease
+	mode := modeOf(ri, r.shards)
+	if mode != r.plans.mode {
+		r.plans.mode = mode
+		if r.refusal.get() == nil {
+			setGauge(r.cfg.Metrics.Mismatch, map[bool]float64{true: 1}[mode == modeWaiting])
+		}
+		switch mode {
+		case modeWaiting:
+			klog.InfoS("sharding: the ring has another shard count: this replica holds nothing, fills the share it will take, and waits until no replica of the ring's count remains",
+				"ring", r.cfg.Name, "identity", r.cfg.Identity, "shards", r.shards, "ringShards", ri.conf.shards, "generation", ri.gen, "target", ri.target)
+		case modeClosing:
+			klog.InfoS("sharding: the ring is switching to another shard count: this replica releases its shards, sealed",
+				"ring", r.cfg.Name, "identity", r.cfg.Identity, "shards", r.shards, "target", ri.target, "generation", ri.gen)
+		default:
+			klog.InfoS("sharding: the ring has this replica's shard count", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shards", r.shards, "generation", ri.gen)
+		}
+	}
+	step := reshard(v, r.cfg.Identity, r.shards, r.aliveFor >= 3)
+	if (step.start || step.complete) && r.tried.ring != ri.ref.rv {
+		shards, gen, target := ri.conf.shards, ri.gen, r.shards
+		if step.complete {
+			shards, gen, target = ri.target, ri.gen+1, 0
+		}
+		out, err := r.io.writeRing(ctx, ri.ref, shards, gen, target, time.Now())
+		if err != nil {
+			r.tried.ring = ri.ref.rv // a Conflict: the watch brings the newer version
+		} else {
+			r.ring.upsert(out)
+			if step.start {
+				klog.InfoS("sharding: started switching the ring's shard count: no replica of its count remains",
+					"ring", r.cfg.Name, "identity", r.cfg.Identity, "from", ri.conf.shards, "to", r.shards, "generation", ri.gen)
+			} else {
+				klog.InfoS("sharding: switched the ring's shard count: every shard Lease of the old count is sealed",
+					"ring", r.cfg.Name, "identity", r.cfg.Identity, "from", ri.conf.shards, "to", ri.target, "generation", ri.gen+1)
+			}
+		}
+	}
+	live := ri.conf.shards
+	for _, i := range step.seal {
+		s := leaseOf(v, r.shards, live, i)
+		k := shardKey{live, i}
+		if r.tried.seal[k] == versionOf(s) {
+			continue
+		}
+		out, err := r.io.sealShard(ctx, live, i, s, ri.gen, time.Now())
+		if err != nil {
+			r.tried.seal[k] = versionOf(s)
+			continue
+		}
+		r.ring.upsert(out)
+	}
+	return mode
 }

@@ -21,6 +21,17 @@ type Status struct {
 	// ShardCount is S; Field the hashed field ("uid" or "namespace").
 	ShardCount int    `json:"shardCount"`
 	Field      string `json:"field"`
+	// RingShards is the ring's shard count as its Lease says (0: no
+	// Lease seen), in its Generation (the switches of the count so far);
+	// Target is the count the ring is switching to (0: none). Mode is this
+	// replica's part: "live" (RingShards is its count: it holds shards),
+	// "closing" (its count is switching away: it releases them) or
+	// "waiting" (another count is the ring's: it holds none, and fills
+	// the share it will take). Shards below are of ShardCount.
+	RingShards int    `json:"ringShards"`
+	Generation int    `json:"generation"`
+	Target     int    `json:"target,omitempty"`
+	Mode       string `json:"mode"`
 	// Filtering is who filters this replica's cache: "server" or "client".
 	Filtering string `json:"filtering"`
 	// Alive is true while this replica's session is alive (a membership
@@ -121,6 +132,8 @@ func (r *Replica) Status() Status {
 		Time: now, Ring: r.cfg.Name, Namespace: r.cfg.Namespace, Identity: r.cfg.Identity,
 		ShardCount: r.shards, Field: r.field, Filtering: r.Filtering().String(),
 		Alive: alive, LeaseDuration: r.cfg.LeaseDuration, RenewDeadline: r.cfg.RenewDeadline,
+		RingShards: v.ringLease.conf.shards, Generation: v.ringLease.gen, Target: v.ringLease.target,
+		Mode: modeOf(v.ringLease, r.shards).String(),
 	}
 	if alive {
 		st.Session = session

@@ -82,6 +82,10 @@ func (r *Replica) checkShare() {
 	if !r.plans.counted || r.runs.leaving() {
 		return
 	}
+	if r.plans.waiting { // another count is the ring's: the share it will take, in its cache
+		r.share.set(len(r.plans.synced), r.plans.share)
+		return
+	}
 	r.share.set(len(r.prev), r.plans.share)
 }
 

@@ -279,6 +279,7 @@ input[type=text] { width: 28em; font-family: ui-monospace, Menlo, Consolas, mono
 <h1>Ring {{.Ring}}</h1>
 {{$p := .}}{{$c := .Counts}}
 <p class="meta">As replica <b>{{.Identity}}</b> sees it at {{.Time.UTC.Format "2006-01-02 15:04:05.000 MST"}} · namespace {{.Namespace}} · {{.ShardCount}} shards by {{.Field}} · cache filtered by the {{.Filtering}} · <a href="?format=json">JSON</a></p>
+{{if or (ne .Mode "live") (and .RingShards (ne .RingShards .ShardCount))}}<p class="summary"><span class="bad">The ring's shard count is {{.RingShards}} (generation {{.Generation}}){{with .Target}}, switching to {{.}}{{end}}; this replica has {{.ShardCount}} and is {{.Mode}}.</span></p>{{end}}
 <p class="summary">{{$c.Held}} of {{.ShardCount}} shards held, {{$c.Admitted}} admitted by a live holder. This replica: {{if .Alive}}<span class="ok">alive</span>, session {{.Session}}{{with .SessionStart}} since {{$p.Ago .}}{{end}}{{else}}<span class="bad">no live session</span>{{end}}{{with .Ready}} · <span class="bad">not ready: {{.}}</span>{{end}}</p>
 
 <form method="get"><label>Key <input type="text" name="key" placeholder="namespace/name" value="{{with .Key}}{{.Key}}{{end}}"></label> <button type="submit">Find</button> · <label>or UID <input type="text" name="uid" value="{{with .Key}}{{.UID}}{{end}}"></label> <button type="submit">Find</button></form>
