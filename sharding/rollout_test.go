@@ -38,6 +38,20 @@ type strategy struct {
 	// (no release) and starts again under the same pod name after restart,
 	// as the kubelet restarts a container.
 	restart time.Duration
+	// shards, if not zero, is Config.Shards in the new pod template: the
+	// rollout changes the ring's count (shardcount.go).
+	shards int
+}
+
+// count is Config.Shards of the new pods in a ring of s shards.
+func (st strategy) count(s int) int {
+	switch {
+	case st.shards > 0:
+		return s * st.shards
+	case st.shards < 0:
+		return s / -st.shards
+	}
+	return s
 }
 
 func (st strategy) bounds(n int) (surge, unavail int) {
@@ -72,6 +86,10 @@ var rolloutStrategies = []strategy{
 	{name: "statefulset", sameName: true, unavail: 1},
 	{name: "container restart after 1s", restart: time.Second},
 	{name: "container restart after 20s", restart: 20 * time.Second},
+	{name: "surge=100%,unavailable=0,minReady=10s,shards×2", surgePct: 100, minReady: rolloutMinReady, shards: 2},
+	{name: "surge=100%,unavailable=0,minReady=10s,shards÷2", surgePct: 100, minReady: rolloutMinReady, shards: -2},
+	{name: "surge=25%,unavailable=25%,minReady=10s,shards×2", surgePct: 25, unavailPct: 25, minReady: rolloutMinReady, shards: 2},
+	{name: "surge=1,unavailable=0,shards×2", surge: 1, shards: 2},
 }
 
 // rolloutSizes: the other sizes run with SHARDING_ROLLOUT=1 (about four
@@ -80,7 +98,8 @@ var rolloutSizes = []struct{ replicas, shards int }{{3, 16}, {3, 64}, {16, 16}, 
 
 // rolloutResult is what one rollout cost the ring.
 type rolloutResult struct {
-	moves        int             // changes of a shard's admitting replica process
+	cells        int             // what moves count: the shards of the finer of the two counts
+	moves        int             // changes of a cell's admitting replica process
 	nameMoves    int             // of the admitting replica's identity (pod name)
 	acquisitions int             // shard Lease writes naming a holder
 	gaps         []time.Duration // per move: from the last admission by the old holder to the first by the new
@@ -117,7 +136,10 @@ func TestRollout(t *testing.T) {
 					if len(res.gaps) > 0 {
 						p50, worst = res.gaps[len(res.gaps)/2], res.gaps[len(res.gaps)-1]
 					}
-					if limit := 2 * sz.shards; !st.sameName && (res.moves > limit || res.acquisitions > limit) {
+					if limit := 2 * res.cells; st.shards != 0 && res.moves > limit {
+						t.Errorf("a rolling update of %d replicas from %d to %d shards moved %d of %d cells, limit 2 per cell", sz.replicas, sz.shards, st.count(sz.shards), res.moves, res.cells)
+					}
+					if limit := 2 * sz.shards; !st.sameName && st.shards == 0 && (res.moves > limit || res.acquisitions > limit) {
 						t.Errorf("a rolling update of %d replicas moved %d shards (%d acquisitions), limit 2·S = %d", sz.replicas, res.moves, res.acquisitions, limit)
 					}
 					// A container back within LeaseDuration gets its own
@@ -130,11 +152,16 @@ func TestRollout(t *testing.T) {
 					// Every new pod first, with minReadySeconds: each shard
 					// moves once, give or take a leaver's shard that goes to
 					// an old pod about to leave.
-					if limit := sz.shards + ceilDiv(sz.shards, sz.replicas); st.surgePct == 100 && st.minReady > 0 && (res.moves > limit || res.acquisitions > limit) {
-						t.Errorf("all new pods first moved %d shards (%d acquisitions), limit S + ⌈S/N⌉ = %d", res.moves, res.acquisitions, limit)
+					if limit := res.cells + ceilDiv(res.cells, sz.replicas); st.surgePct == 100 && st.minReady > 0 && (res.moves > limit || st.shards == 0 && res.acquisitions > limit) {
+						t.Errorf("all new pods first moved %d of %d cells (%d acquisitions), limit C + ⌈C/N⌉ = %d", res.moves, res.cells, res.acquisitions, limit)
 					}
-					t.Logf("FIGURES rollout N=%d S=%d %s: %d moves (%.2f·S; %d between pod names), %d acquisitions; gap per move p50 %v max %v; rollout took %v, at most %d pods",
-						sz.replicas, sz.shards, st.name, res.moves, float64(res.moves)/float64(sz.shards), res.nameMoves, res.acquisitions,
+					// A change of the count, all new pods first: the old
+					// pods' drain and a few Lease writes, as a planned move.
+					if st.shards != 0 && st.surgePct == 100 && worst > gracePeriod {
+						t.Errorf("a rolling update from %d to %d shards, all new pods first: a cell waited %v, more than the drain bound (GracePeriod %v)", sz.shards, st.count(sz.shards), worst, gracePeriod)
+					}
+					t.Logf("FIGURES rollout N=%d S=%d %s: %d moves (%.2f·C, C = %d cells; %d between pod names), %d acquisitions; gap per move p50 %v max %v; rollout took %v, at most %d pods",
+						sz.replicas, sz.shards, st.name, res.moves, float64(res.moves)/float64(res.cells), res.cells, res.nameMoves, res.acquisitions,
 						p50.Round(10*time.Millisecond), worst.Round(10*time.Millisecond), res.took.Round(100*time.Millisecond), res.peakPods)
 				})
 			})
@@ -185,18 +212,25 @@ func rollout(t *testing.T, n, shards int, st strategy) rolloutResult {
 	defer rg.stopAll()
 	names := &podNames{rng: rand.New(rand.NewPCG(uint64(n), uint64(shards))), used: map[string]bool{}}
 	identity := map[string]string{} // harness id → pod name
+	countOf := map[string]int{}     // harness id → Config.Shards
 	var idMu sync.Mutex
 	rg.config = func(id string, cfg *sharding.Config) {
 		idMu.Lock()
 		defer idMu.Unlock()
 		cfg.Identity = identity[id]
+		cfg.Shards = countOf[id]
 	}
-	seq := 0 // the harness numbers its replicas r-0, r-1, …
+	newTemplate := false // pods started from now on are of the new template
+	seq := 0             // the harness numbers its replicas r-0, r-1, …
 	startPod := func(name string, kill ...bool) string {
 		id := fmt.Sprintf("r-%d", seq)
 		seq++
 		idMu.Lock()
 		identity[id] = name
+		countOf[id] = shards
+		if newTemplate {
+			countOf[id] = st.count(shards)
+		}
 		idMu.Unlock()
 		if got := rg.start(len(kill) > 0 && kill[0]); got != id {
 			t.Fatalf("harness started %s, want %s", got, id)
@@ -211,17 +245,41 @@ func rollout(t *testing.T, n, shards int, st strategy) rolloutResult {
 	time.Sleep(3 * retryPeriod)
 	acq0 := rg.acquired()
 
-	// Watch the admitted shards every 50 ms: a move is a shard admitted
-	// by a replica process other than the one that admitted it last (the
-	// new process lists it: a container restarted under its pod's name
-	// too); its gap is the time between the two.
-	var res rolloutResult
-	last := rg.owner()
-	lastName := make([]string, shards)
+	// Watch the admitted shards every 50 ms, by cell (a shard of the
+	// finer of the two counts, so that a rollout that changes the count
+	// is measured too): a move is a cell admitted by a replica process
+	// other than the one that admitted it last (the new process lists it:
+	// a container restarted under its pod's name too); its gap is the
+	// time between the two.
+	cells := max(shards, st.count(shards))
+	holders := func() [][]string {
+		out := make([][]string, cells)
+		rg.mu.Lock()
+		defer rg.mu.Unlock()
+		for id, m := range rg.members {
+			idMu.Lock()
+			per := cells / countOf[id]
+			idMu.Unlock()
+			for _, s := range m.r.Shards() {
+				for c := s * per; c < (s+1)*per; c++ {
+					out[c] = append(out[c], id)
+				}
+			}
+		}
+		return out
+	}
+	res := rolloutResult{cells: cells}
+	last := make([]string, cells)
+	for c, ids := range holders() {
+		if len(ids) == 1 {
+			last[c] = ids[0]
+		}
+	}
+	lastName := make([]string, cells)
 	for s, id := range last {
 		lastName[s] = identity[id]
 	}
-	lastSeen := make([]time.Time, shards)
+	lastSeen := make([]time.Time, cells)
 	for i := range lastSeen {
 		lastSeen[i] = time.Now()
 	}
@@ -238,7 +296,7 @@ func rollout(t *testing.T, n, shards int, st strategy) rolloutResult {
 			case <-tick.C:
 			}
 			now := time.Now()
-			for s, ids := range rg.holders() {
+			for s, ids := range holders() {
 				if len(ids) != 1 {
 					continue
 				}
@@ -278,6 +336,7 @@ func rollout(t *testing.T, n, shards int, st strategy) rolloutResult {
 		stopping.Go(func() { rg.stop(p.id) })
 	}
 	start := time.Now()
+	newTemplate = true
 	var cur []*rolloutPod
 	available := func(p *rolloutPod) bool {
 		if p.readyAt.IsZero() {
@@ -366,6 +425,7 @@ func rollout(t *testing.T, n, shards int, st strategy) rolloutResult {
 	}
 	stopping.Wait()
 	res.took = time.Since(start)
+	rg.shards = st.count(shards)
 	rg.waitBalanced(leaseDuration + 4*retryPeriod)
 	time.Sleep(3 * retryPeriod) // moves in flight land
 	close(stopWatch)
