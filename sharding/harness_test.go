@@ -183,8 +183,8 @@ type ring struct {
 	// blocks, if set, tells whether replica id's handlers work until
 	// cancelled, asked at each run's start (from the replicas'
 	// goroutines).
-	blocks func(id string) bool
-	workers  int             // per replica; 0 means the constant workers
+	blocks  func(id string) bool
+	workers int // per replica; 0 means the constant workers
 	// clientFilter makes the replicas' ListerWatchers ignore the shard
 	// selector, as a server with the ShardedListAndWatch gate off does.
 	clientFilter bool
