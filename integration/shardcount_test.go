@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,14 +26,17 @@ import (
 // the share it will take and is Ready; once the replica of the old count
 // leaves, the ring switches (shardcount.go) and the newcomer admits every
 // shard. 16 → 32 and 32 → 16, the second replica started after the
-// first or at the same time (one of them creates the ring's Lease). Every
-// key's runs are checked for overlap throughout, and every ConfigMap is
-// reconciled after the switch. A replica of another Field refuses.
+// first or at the same time (one of them creates the ring's Lease). The
+// old replica is told to leave with runs in flight that outlast its
+// GracePeriod; every key's runs are checked for overlap throughout,
+// and every ConfigMap is reconciled after the switch. A replica of
+// another Field refuses.
 func TestShardCountChange(t *testing.T) {
 	admin, err := kubernetes.NewForConfig(server.restConfig())
 	require.NoError(t, err)
 	ns := createNamespace(t, admin, "shardcount")
 	const objects = 100
+	const slowRun = 1500 * time.Millisecond
 	for i := range objects {
 		_, err := admin.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%03d", i)}}, metav1.CreateOptions{})
@@ -52,6 +57,8 @@ func TestShardCountChange(t *testing.T) {
 		cancel context.CancelFunc
 		err    chan error
 		done   chan struct{}
+		// slow makes each run take slowRun instead of 10 ms.
+		slow atomic.Bool
 	}
 	start := func(ring, id string, shards int, field string) *rep {
 		cs, err := kubernetes.NewForConfig(server.restConfig())
@@ -76,16 +83,21 @@ func TestShardCountChange(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		p := &rep{id: id, r: r, shards: shards, cancel: cancel, err: make(chan error, 1), done: make(chan struct{})}
 		handle := func(ctx context.Context, key string) error {
+			k := ring + "/" + key // the rings of the test share the ConfigMaps
 			mu.Lock()
-			if other, ok := running[key]; ok {
-				violations = append(violations, fmt.Sprintf("%s ran %s while %s ran it", id, key, other))
+			if other, ok := running[k]; ok {
+				violations = append(violations, fmt.Sprintf("%s ran %s while %s ran it", id, k, other))
 			}
-			running[key] = ring + "/" + id
+			running[k] = id
 			mu.Unlock()
-			time.Sleep(20 * time.Millisecond) // a run; not cancelled, as a handler that finishes its work
+			run := 10 * time.Millisecond // a run; not cancelled, as a handler that finishes its work
+			if p.slow.Load() {
+				run = slowRun
+			}
+			time.Sleep(run)
 			mu.Lock()
-			delete(running, key)
-			reconciled[ring+"/"+key]++
+			delete(running, k)
+			reconciled[k]++
 			mu.Unlock()
 			return nil
 		}
@@ -168,6 +180,30 @@ func TestShardCountChange(t *testing.T) {
 		ready(next, "waiting")
 		require.Empty(t, next.r.Shards(), "a waiting replica admits nothing")
 		require.Len(t, old.r.Shards(), old.shards, "the ring's replica holds every shard")
+		// Every ConfigMap changes, so that the old replica has runs in
+		// flight (each slowRun long, past its GracePeriod: the drain waits
+		// for them) when it is told to leave, and the newcomer runs every
+		// key in a few hundred milliseconds once it admits: had it admitted
+		// before the old one's drain ended, it would run one of those keys
+		// beside it.
+		old.slow.Store(true)
+		for i := range objects {
+			cm, err := admin.CoreV1().ConfigMaps(ns).Get(t.Context(), fmt.Sprintf("cm-%03d", i), metav1.GetOptions{})
+			require.NoError(t, err)
+			cm.Data = map[string]string{"ring": ring}
+			_, err = admin.CoreV1().ConfigMaps(ns).Update(t.Context(), cm, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for k := range running {
+				if strings.HasPrefix(k, ring+"/") {
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, 5*time.Millisecond, "no run in flight on the old replica")
 		mu.Lock()
 		for k := range reconciled {
 			delete(reconciled, k)
@@ -178,7 +214,8 @@ func TestShardCountChange(t *testing.T) {
 		took := switched(next, at)
 		allReconciled(ring)
 		t.Logf("FIGURES %s: %d → %d shards: the newcomer admitted every shard %v after the old replica was told to leave", ring, old.shards, next.shards, took.Round(time.Millisecond))
-		require.Less(t, took, 2*time.Second, "the switch's gap: the old replica's drain and a few Lease round trips")
+		require.Less(t, took, slowRun+time.Second, "the switch's gap: the old replica's drain and a few Lease round trips")
+		stop(next)
 	}
 
 	// The field cannot change online: a replica of another field refuses.

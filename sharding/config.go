@@ -62,13 +62,17 @@ type Config struct {
 	// to 65536, the same on every replica; zero means DefaultShards (16).
 	// Choose it above the largest replica count you expect: a ring of S
 	// shards spreads over at most S replicas. The first replica of a ring
-	// records S and Field in the ring's Lease ("<Name>-ring"); a replica
-	// configured otherwise refuses to join (Run returns an error that
-	// wraps ErrRingMismatch and names both values). To change S, stop
-	// every replica and delete the ring's Leases first (docs/operate.md).
+	// records S in the ring's Lease ("<Name>-ring"). A replica configured
+	// with another S joins the ring but holds nothing (Status().Mode is
+	// "waiting", Metrics.Mismatch 1) until no replica of the ring's S
+	// remains; the ring then switches to its S online, so a rolling
+	// update that changes S changes the ring's (docs/operate.md).
 	Shards int
 	// Field is the object field that is hashed: FieldUID (the default,
-	// when empty) or FieldNamespace.
+	// when empty) or FieldNamespace. It is the ring's, recorded with S:
+	// a replica configured with another Field refuses to join (Run
+	// returns an error that wraps ErrRingMismatch and names both). To
+	// change it, stop every replica and delete the ring's Leases first.
 	Field string
 
 	// Object is the sharded resource's type, e.g. &corev1.ConfigMap{}.

@@ -202,9 +202,13 @@ func (p *permissions) err() error {
 //
 // A replica refused a request (403 Forbidden: a missing RBAC rule) is not
 // ready from the first refusal; Run returns once the same kind of request
-// has been refused for LeaseDuration. A replica whose ring is configured
-// with another Shards or Field is not ready from the moment it sees it
-// (the error wraps ErrRingMismatch), and Run returns that error.
+// has been refused for LeaseDuration. A replica whose ring has another
+// Field is not ready from the moment it sees it (the error wraps
+// ErrRingMismatch), and Run returns that error. A replica whose ring has
+// another Shards holds nothing until the ring switches to its count
+// (shardcount.go); meanwhile it is ready once it has filled, in its
+// cache, the share it will take then, so that a rolling update that
+// changes Config.Shards goes on.
 func (r *Replica) Ready(*http.Request) error {
 	if err := r.refusal.get(); err != nil {
 		return err

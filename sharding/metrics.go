@@ -51,9 +51,11 @@ type Metrics struct {
 	// the replica needs, 0 otherwise (forbidden.go; see Replica.Ready). It
 	// is set under the permission tracker's lock.
 	Forbidden Gauge
-	// Mismatch is 1 once the replica refuses its ring, whose Leases were
-	// written with another Config.Shards or Config.Field (Run returns the
-	// error, which wraps ErrRingMismatch), 0 otherwise (shardcount.go).
+	// Mismatch is 1 while the ring's shard count is not this replica's
+	// Config.Shards (it holds nothing and waits for the ring to switch to
+	// its count), and once the replica refuses its ring (another
+	// Config.Field: Run returns the error, which wraps ErrRingMismatch);
+	// 0 otherwise (shardcount.go).
 	Mismatch Gauge
 	// WithoutUID counts the objects the primary informer added without a
 	// metadata.uid while sharding by UID (Field = FieldUID): they all

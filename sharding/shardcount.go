@@ -73,10 +73,11 @@ import (
 // while replicas of another count hold shards): a Lease of a count that
 // is not the ring's held by a live member.
 
-// ErrRingMismatch is wrapped by the error Run returns when the ring's
-// Leases were written by replicas configured with another Config.Shards
-// or Config.Field (errors.Is tells it).
-var ErrRingMismatch = errors.New("sharding: the ring has another shard count or field")
+// ErrRingMismatch is wrapped by the error Run returns when the ring was
+// created with another Config.Field, or was mixed outside its protocol
+// (errors.Is tells it). Another Config.Shards is no error: the ring
+// switches to it online (see Config.Shards).
+var ErrRingMismatch = errors.New("sharding: the ring has another field, or was mixed outside its protocol")
 
 // ringConf is what every replica of a ring must share: the shard count
 // and the hashed field. Zero parts are unknown (a Lease written before
