@@ -58,6 +58,12 @@ const scriptKey = `<script>document.body.setAttribute("data-pwned","1")</script>
 // they have shared the shards and reported them, then calls check with
 // r-0, its queue and the keys' UIDs, and stops them.
 func ring(t *testing.T, check func(r *sharding.Replica, uids map[string]string)) {
+	ringOf(t, []int{shards, shards}, func(rs []*sharding.Replica, uids map[string]string) { check(rs[0], uids) })
+}
+
+// ringOf is ring with replicas of the given shard counts; check gets
+// them all.
+func ringOf(t *testing.T, counts []int, check func(rs []*sharding.Replica, uids map[string]string)) {
 	synctest.Test(t, func(t *testing.T) {
 		objs := fake.NewSimpleClientset() //nolint:staticcheck // the simple clientset, as sharding's tests
 		uids := map[string]string{}
@@ -84,22 +90,20 @@ func ring(t *testing.T, check func(r *sharding.Replica, uids map[string]string))
 		leases := fakeleases.New()
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		var first *sharding.Replica
-		for i := range 2 {
+		var rs []*sharding.Replica
+		for i, n := range counts {
 			id := fmt.Sprintf("r-%d", i)
 			lw := srv.Client()
 			defer lw.Close()
 			q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 			r, err := sharding.New(sharding.Config{
 				Client: leases.Clientset(id), Namespace: "ring", Name: "ctl", Identity: id,
-				Shards: shards, Object: &appsv1.Deployment{}, ListerWatcher: lw, Queue: q,
+				Shards: n, Object: &appsv1.Deployment{}, ListerWatcher: lw, Queue: q,
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if first == nil {
-				first = r
-			}
+			rs = append(rs, r)
 			wg.Go(func() { _ = r.Run(ctx) })
 			wg.Go(func() {
 				_ = workqueue.Run(ctx, q, 2, r.Handler(func(context.Context, string) error { return nil }))
@@ -108,7 +112,7 @@ func ring(t *testing.T, check func(r *sharding.Replica, uids map[string]string))
 		// Joined (two periods), dealt (the third), listed, and reported
 		// at a renewal after that.
 		time.Sleep(20 * time.Second)
-		check(first, uids)
+		check(rs, uids)
 		cancel()
 		wg.Wait()
 	})
@@ -224,4 +228,35 @@ func TestRingHTML(t *testing.T) {
 func urlQuery(s string) string {
 	r := strings.NewReplacer("<", "%3C", ">", "%3E", `"`, "%22", " ", "%20", "(", "%28", ")", "%29", ",", "%2C", "=", "%3D", "/", "%2F")
 	return r.Replace(s)
+}
+
+// TestRingWaiting checks what the page says of a replica whose count is
+// not the ring's: its mode, the ring's count, and a line that says so.
+func TestRingWaiting(t *testing.T) {
+	ringOf(t, []int{shards, 2 * shards}, func(rs []*sharding.Replica, _ map[string]string) {
+		var waiting *sharding.Replica
+		for _, r := range rs {
+			if r.Status().Mode == "waiting" {
+				waiting = r
+			}
+		}
+		if waiting == nil {
+			t.Fatalf("no replica waits in a ring of replicas with %d and %d shards", shards, 2*shards)
+		}
+		h := ringpage.New(waiting, ringpage.Options{})
+		p := getPage(t, h, "/debug/ring?format=json")
+		if p.Mode != "waiting" || p.RingShards == p.ShardCount || p.RingShards == 0 {
+			t.Errorf("a waiting replica's page: mode %q, ring's count %d, its own %d", p.Mode, p.RingShards, p.ShardCount)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/ring", nil))
+		want := fmt.Sprintf("The ring's shard count is %d (generation 0); this replica has %d and is waiting.", p.RingShards, p.ShardCount)
+		if body := rec.Body.String(); !strings.Contains(body, want) {
+			i := strings.Index(body, "shard count is")
+			t.Errorf("HTML lacks %q: %q", want, body[max(0, i-80):max(0, i)+200])
+		}
+		if p := getPage(t, ringpage.New(rs[0], ringpage.Options{}), "/debug/ring?format=json"); p.Mode == "waiting" && rs[0] != waiting {
+			t.Errorf("both replicas wait")
+		}
+	})
 }
