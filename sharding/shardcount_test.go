@@ -262,7 +262,11 @@ func mixedRing(t *testing.T, counts []int, together bool) {
 	for id := range old {
 		wg.Go(func() { rg.stop(id) })
 	}
-	go rg.churn(2 * retryPeriod)
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		rg.churn(2 * retryPeriod)
+	}()
 	deadline := start.Add(leaseDuration)
 	for {
 		if ok, _ := rg.coverage(other, next); ok {
@@ -290,6 +294,7 @@ func mixedRing(t *testing.T, counts []int, together bool) {
 		}
 	}
 	rg.shards = other
+	<-churned
 	rg.update(50)
 	rg.quiet()
 	ow.check(t)
@@ -331,7 +336,11 @@ func TestSwitchWithoutTarget(t *testing.T) {
 		rg.start(false)
 		rg.start(false)
 		rg.waitBalanced(leaseDuration)
-		go rg.churn(4 * retryPeriod)
+		churned := make(chan struct{})
+		go func() {
+			defer close(churned)
+			rg.churn(4 * retryPeriod)
+		}()
 		l, err := admin.Get(ctx, "ctl-ring", metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("reading the ring's Lease: %v", err)
@@ -369,6 +378,7 @@ func TestSwitchWithoutTarget(t *testing.T) {
 			}
 		}
 		mu.Unlock()
+		<-churned
 		rg.update(50)
 		rg.quiet()
 		ow.check(t)
@@ -427,11 +437,12 @@ func TestMixedOutsideProtocol(t *testing.T) {
 	})
 }
 
-// TestReshardByProcedure changes a ring's count as docs/operate.md says: stop
-// every replica, delete the ring's Leases, start the replicas with the
-// new count. And a ring left by a version that did not record the count
-// (its shard Leases released, no ring's Lease): the new count takes the
-// old count's free shard Leases over, with no AlreadyExists loop.
+// TestReshardByProcedure runs the offline procedure docs/operate.md gives
+// for a change of Field (stop every replica, delete the ring's Leases,
+// start the replicas with the new configuration), here with a new count:
+// the new ring starts clean. And with only the ring's Lease deleted: the
+// old count's released shard Leases are left alone (another count's
+// names), and the new ring starts as clean.
 func TestReshardByProcedure(t *testing.T) {
 	for _, deleteAll := range []bool{true, false} {
 		t.Run(fmt.Sprintf("delete all=%v", deleteAll), func(t *testing.T) {
