@@ -175,7 +175,13 @@ func (l *leaseIO) deleteMember(ctx context.Context, identity string, ref leaseRe
 // the condition that it is still the version s (or still missing: a
 // Create, which fails if another replica was faster).
 func (l *leaseIO) acquireShard(ctx context.Context, i int, s shardInfo, session string, now time.Time) (*coordinationv1.Lease, error) {
-	lease := l.shardLease(l.shards, i, l.identity, session, s.transitions+1, now)
+	return l.putShard(ctx, l.shardLease(l.shards, i, l.identity, session, s.transitions+1, now), s)
+}
+
+// putShard writes lease over the shard Lease s: an update conditioned on
+// s's version, or a Create if s is missing (which fails if another
+// replica created it first).
+func (l *leaseIO) putShard(ctx context.Context, lease *coordinationv1.Lease, s shardInfo) (*coordinationv1.Lease, error) {
 	if !s.exists {
 		out, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
 		l.report("create", err)
@@ -212,14 +218,7 @@ func (l *leaseIO) sealShard(ctx context.Context, shards, i int, s shardInfo, gen
 	lease := l.shardLease(shards, i, "", "", s.transitions, now)
 	lease.Spec.AcquireTime = nil
 	lease.Annotations[AnnotationSealed] = strconv.Itoa(gen)
-	if !s.exists {
-		out, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
-		l.report("create", err)
-		return out, err
-	}
-	out, err := l.leases().Update(ctx, s.ref.on(lease), metav1.UpdateOptions{})
-	l.report("update", err)
-	return out, err
+	return l.putShard(ctx, lease, s)
 }
 
 // memberLease is our membership Lease with the given session, started at
