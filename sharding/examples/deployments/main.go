@@ -85,7 +85,7 @@ func main() {
 	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "default"), "with -cluster: namespace of the ring's Leases and of the Deployments")
 	flag.StringVar(&o.identity, "identity", os.Getenv("POD_NAME"), "with -cluster: this replica's name in the ring, unique among live replicas (default $POD_NAME)")
 	flag.StringVar(&o.ring, "ring", "deployments", "with -cluster: the ring's name, the same on every replica")
-	flag.IntVar(&o.shards, "shards", shards, "with -cluster: shards of the ring (a power of two, the same on every replica)")
+	flag.IntVar(&o.shards, "shards", shards, "with -cluster: shards of the ring (a power of two); a rollout that changes it changes the ring's count online (sharding/docs/operate.md)")
 	flag.StringVar(&o.listen, "listen", "", "with -cluster: address to serve /metrics, /readyz and /healthz on (empty: none)")
 	klog.InitFlags(nil)
 	flag.Parse()
