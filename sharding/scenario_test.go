@@ -2,6 +2,7 @@ package sharding_test
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"testing"
 	"testing/synctest"
@@ -10,8 +11,20 @@ import (
 	"github.com/go-coalesce/workqueue/sharding/fakeleases"
 )
 
-var sizes = []struct{ replicas, shards int }{
-	{3, 16}, {3, 256}, {5, 16}, {5, 256}, {20, 16}, {20, 256},
+// sizes are the rings every scenario runs on: with SHARDING_SCALE=1 all
+// six; otherwise three of them, which still cover each replica count and
+// each shard count, so that CI's run stays short (the other three take
+// about as long again under -race, and find what these find).
+var sizes = scenarioSizes()
+
+func scenarioSizes() []struct{ replicas, shards int } {
+	all := []struct{ replicas, shards int }{
+		{3, 16}, {3, 256}, {5, 16}, {5, 256}, {20, 16}, {20, 256},
+	}
+	if os.Getenv("SHARDING_SCALE") != "" {
+		return all
+	}
+	return []struct{ replicas, shards int }{all[0], all[3], all[4]}
 }
 
 const objects = 2000
