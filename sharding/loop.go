@@ -320,7 +320,6 @@ func (r *Replica) decide(ctx context.Context, tick bool) {
 			r.plans.prefetch = b.deal(v)[k]
 		}
 	}
-	r.plans.waiting = mode == modeWaiting
 	if len(drain) > 0 {
 		for _, i := range drain {
 			r.plans.giveTo[i] = to[i]
@@ -357,10 +356,9 @@ type planned struct {
 	counted bool
 	share   int
 	// mode is the replica's mode in the ring at the last decision
-	// (shardcount.go); waiting is mode == modeWaiting, kept across
-	// reset (a lapse does not change the ring's count).
-	mode    ringMode
-	waiting bool
+	// (shardcount.go), kept across reset (a lapse does not change the
+	// ring's count).
+	mode ringMode
 }
 
 // reset forgets the plan (the session is over: nothing is prefetched).

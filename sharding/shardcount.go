@@ -185,10 +185,11 @@ type reshardStep struct {
 // in v but those leaving, and settled is true (the caller's session has
 // seen the renewals of the members that started with it: a ring's
 // creator is a member a period after it created the ring, and one that
-// crashed is until it is fenced); during a switch it seals its part of the free Leases of the
-// ring's count (shard i is sealed by the counting member at position
-// i mod n in identity order, so that each is written once), and records
-// the switch once every one of them is sealed in the ring's generation.
+// crashed is until it is fenced). During a switch it seals its part of
+// the free Leases of the ring's count (shard i is sealed by the counting
+// member at position i mod n in identity order, so that each is written
+// once), and records the switch once every one of them is sealed in the
+// ring's generation.
 func reshard(v *view, self string, own int, settled bool) reshardStep {
 	ri := v.ringLease
 	live := ri.conf.shards
@@ -493,7 +494,11 @@ func (r *Replica) reshape(ctx context.Context, v *view) ringMode {
 	if mode != r.plans.mode {
 		r.plans.mode = mode
 		if r.refusal.get() == nil {
-			setGauge(r.cfg.Metrics.Mismatch, map[bool]float64{true: 1}[mode == modeWaiting])
+			waiting := 0.0
+			if mode == modeWaiting {
+				waiting = 1
+			}
+			setGauge(r.cfg.Metrics.Mismatch, waiting)
 		}
 		switch mode {
 		case modeWaiting:

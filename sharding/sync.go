@@ -82,7 +82,7 @@ func (r *Replica) checkShare() {
 	if !r.plans.counted || r.runs.leaving() {
 		return
 	}
-	if r.plans.waiting { // another count is the ring's: the share it will take, in its cache
+	if r.plans.mode == modeWaiting { // another count is the ring's: the share it will take, in its cache
 		r.share.set(len(r.plans.synced), r.plans.share)
 		return
 	}
