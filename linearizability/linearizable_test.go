@@ -13,14 +13,15 @@ import (
 )
 
 // The suite's budget: short histories, many of them. LINEARIZE_LONG=1
-// checks more and longer ones.
+// checks longer ones, with more goroutines; LINEARIZE_HISTORIES=n sets how
+// many per configuration.
 var (
 	short = shape{workers: 4, ops: 10, remove: true}
-	long  = shape{workers: 6, ops: 30, remove: true}
+	long  = shape{workers: 8, ops: 40, remove: true}
 )
 
 const (
-	shortHistories = 1000 // per configuration
+	shortHistories = 5000 // per configuration
 	longHistories  = 5000
 )
 
@@ -51,21 +52,33 @@ func TestLinearizable(t *testing.T) {
 	if os.Getenv("LINEARIZE_LONG") != "" {
 		sh, n = long, longHistories
 	}
+	if s := os.Getenv("LINEARIZE_HISTORIES"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			t.Fatalf("LINEARIZE_HISTORIES=%q: want a positive number", s)
+		}
+	}
 	seed := baseSeed(t)
 	for _, c := range configs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			model := newModel(c.order)
-			start := time.Now()
+			var recording, checking time.Duration
 			ops := 0
 			for i := range uint64(n) {
+				start := time.Now()
 				h := record(c, sh, seed+i)
+				recording += time.Since(start)
 				ops += len(h)
-				if !check(t, model, h, c, seed+i) {
+				start = time.Now()
+				ok := check(t, model, h, c, seed+i)
+				checking += time.Since(start)
+				if !ok {
 					return
 				}
 			}
-			t.Logf("%d histories, %d operations, in %v (seeds %d..%d)", n, ops, time.Since(start).Round(time.Millisecond), seed, seed+uint64(n)-1)
+			t.Logf("%d histories of %d workers × %d calls, %d calls in all, recorded in %v, checked in %v (seeds %d..%d)",
+				n, sh.workers, sh.ops, ops, recording.Round(time.Millisecond), checking.Round(time.Millisecond), seed, seed+uint64(n)-1)
 		})
 	}
 }
