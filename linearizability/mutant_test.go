@@ -111,7 +111,11 @@ func TestMutantsCaught(t *testing.T) {
 	}
 	bin := filepath.Join(dir, "linearizability.test")
 	start := time.Now()
-	goOutput(t, "test", "-c", "-o", bin, "-overlay", overlayFile, ".")
+	args := []string{"test", "-c", "-o", bin, "-overlay", overlayFile}
+	if raceEnabled {
+		args = append(args, "-race") // std and the dependencies are then compiled already
+	}
+	goOutput(t, append(args, ".")...)
 	t.Logf("built the mutated queue's tests in %v", time.Since(start).Round(time.Millisecond))
 
 	caught := regexp.MustCompile(`caught .*`)
