@@ -45,16 +45,23 @@ type shape struct {
 
 // record runs one history on a fresh queue built by c: workers goroutines
 // draw ops operations each from seed, and one more goroutine calls ShutDown
-// once every worker has finished or waits in Get, which ends those Gets.
-// Every call is stamped before it starts and after it returns from one
+// once every worker has finished or waits in Get, which ends those Gets;
+// in half the histories (drawn from seed) it calls it earlier, after a
+// drawn number of calls, so that ShutDown also meets calls in flight.
+// Every call is stamped before it starts and after it returns, from one
 // counter, so the stamps order the calls as real time does.
 func record(c config, sh shape, seed uint64) []porcupine.Operation {
 	q := c.make()
 	var clock atomic.Int64
 	// settled counts workers that have finished or wait in Get, as +1
-	// and -1 messages; buffered for every message a worker can send, so
-	// that no worker waits for the ShutDown goroutine.
-	settled := make(chan int, sh.workers*(2*sh.ops+1))
+	// and -1 messages, and each call that returns as a 0; buffered for
+	// every message a worker can send, so that no worker waits for the
+	// ShutDown goroutine.
+	settled := make(chan int, sh.workers*(3*sh.ops+1))
+	shutAfter := sh.workers * sh.ops // calls: never, before every worker settles
+	if r := rand.New(rand.NewPCG(seed, uint64(sh.workers))); r.IntN(2) == 0 {
+		shutAfter = r.IntN(sh.workers * sh.ops)
+	}
 	histories := make([][]porcupine.Operation, sh.workers+1)
 	var wg sync.WaitGroup
 
@@ -68,6 +75,7 @@ func record(c config, sh shape, seed uint64) []porcupine.Operation {
 				histories[w] = append(histories[w], porcupine.Operation{
 					ClientId: w, Input: in, Call: start, Output: out, Return: clock.Add(1),
 				})
+				settled <- 0
 				return out
 			}
 			for range sh.ops {
@@ -122,8 +130,13 @@ func record(c config, sh shape, seed uint64) []porcupine.Operation {
 		})
 	}
 	wg.Go(func() {
-		for n := 0; n < sh.workers; {
-			n += <-settled
+		for n, calls := 0, 0; n < sh.workers && calls < shutAfter; {
+			switch d := <-settled; d {
+			case 0:
+				calls++
+			default:
+				n += d
+			}
 		}
 		start := clock.Add(1)
 		q.ShutDown()
