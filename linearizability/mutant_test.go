@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,10 +23,14 @@ import (
 // on by LINEARIZE_MUTANT, so one compilation serves both.
 type mutant struct {
 	name string
-	// old is the text of queue.go the window goes into, new the text
-	// with it. The test fails if old is no longer there: the mutant
-	// must then be moved to where the transition now is.
+	file string // of the core
+	// old is the text of file the window goes into, new the text with
+	// it. The test fails if old is no longer there: the mutant must then
+	// be moved to where the transition now is.
 	old, new string
+	// configs and shape are what its histories run on.
+	configs []string
+	shape   shape
 }
 
 // window releases the queue's lock and lets other goroutines run: what
@@ -39,6 +44,7 @@ var mutants = []mutant{
 		// in the window finds it due and returns, yet Len and Get do
 		// not see it.
 		name: "dirty-window",
+		file: "queue.go",
 		old: `		q.dirty++
 		q.enqueue(item, prio)
 		return true`,
@@ -48,12 +54,15 @@ var mutants = []mutant{
 		}
 		q.enqueue(item, prio)
 		return true`,
+		configs: storeConfigs,
+		shape:   mutantShape,
 	},
 	{
 		// Get takes the key out of the Store, and only after the
 		// window marks it processing: an Add in the window finds it
 		// due (ready) and returns, so the run it asked for is lost.
 		name: "take-window",
+		file: "queue.go",
 		old: `		item, p = q.pop()
 		t.takeAt(p)`,
 		new: `		item, p = q.pop()
@@ -62,15 +71,40 @@ var mutants = []mutant{
 			_, _, p = t.find(item)
 		}
 		t.takeAt(p)`,
+		configs: storeConfigs,
+		shape:   mutantShape,
+	},
+	{
+		// Remove finds the key ready and, only after the window, acts
+		// on what it finds then: a Get in the window takes the key,
+		// and Remove still reports a pending run it cancelled. It is
+		// in the path every configuration takes, so its histories use
+		// the queues whose key table keeps the order (New and the
+		// priority store), with Remove.
+		name: "remove-window",
+		file: "remove.go",
+		old: `		q.dirty--
+		if t.isReady(pos) {`,
+		new: `		q.dirty--
+		if linearizeMutant == "remove-window" {
+			` + window + `
+			if _, slot, pos = t.find(item); pos < 0 {
+				return true
+			}
+		}
+		if t.isReady(pos) {`,
+		configs: []string{"New", "PriorityStore"},
+		shape:   short,
 	},
 }
 
-// The mutants break the queue only where it keeps a Store, and Remove in a
-// window would corrupt the key table (and crash, which is not the checker's
-// catch), so their histories use the Store configurations and no Remove.
+// The first two mutants break the queue only where it keeps a Store, and a
+// Remove in their windows would corrupt the key table (and crash, which is
+// not the checker's catch), so their histories use the Store
+// configurations and no Remove.
 var (
-	mutantConfigs = []string{"FIFOStore", "FairStore"}
-	mutantShape   = shape{workers: 4, ops: 10}
+	storeConfigs = []string{"FIFOStore", "FairStore"}
+	mutantShape  = shape{workers: 4, ops: 10}
 )
 
 // mutantHistories bounds the histories TestCatchMutant records before it
@@ -82,26 +116,37 @@ func TestMutantsCaught(t *testing.T) {
 		t.Skip("builds the queue patched, and runs it: skipped with -short")
 	}
 	core := goOutput(t, "list", "-f", "{{.Dir}}", "github.com/go-coalesce/workqueue")
-	src, err := os.ReadFile(filepath.Join(core, "queue.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	patched := string(src)
+	patched := map[string]string{}
 	for _, m := range mutants {
-		if strings.Count(patched, m.old) != 1 {
-			t.Fatalf("mutant %s: queue.go no longer holds, once, the text it patches:\n%s", m.name, m.old)
+		src, ok := patched[m.file]
+		if !ok {
+			b, err := os.ReadFile(filepath.Join(core, m.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each patched file imports runtime for the window (the
+			// package clause is followed by its doc or its imports).
+			src = strings.Replace(string(b), "package workqueue\n", "package workqueue\n\nimport \"runtime\"\n", 1)
 		}
-		patched = strings.Replace(patched, m.old, m.new, 1)
+		if strings.Count(src, m.old) != 1 {
+			t.Fatalf("mutant %s: %s no longer holds, once, the text it patches:\n%s", m.name, m.file, m.old)
+		}
+		patched[m.file] = strings.Replace(src, m.old, m.new, 1)
 	}
-	patched = strings.Replace(patched, "import (\n", "import (\n\t\"os\"\n\t\"runtime\"\n", 1) +
-		"\nvar linearizeMutant = os.Getenv(\"LINEARIZE_MUTANT\")\n"
+	// The switch, in whichever file comes first.
+	patched[mutants[0].file] += "\nvar linearizeMutant = os.Getenv(\"LINEARIZE_MUTANT\")\n"
+	patched[mutants[0].file] = strings.Replace(patched[mutants[0].file], "import \"runtime\"\n", "import \"runtime\"\nimport \"os\"\n", 1)
 
 	dir := t.TempDir()
-	mutated := filepath.Join(dir, "queue.go")
-	if err := os.WriteFile(mutated, []byte(patched), 0o644); err != nil {
-		t.Fatal(err)
+	replace := map[string]string{}
+	for file, src := range patched {
+		mutated := filepath.Join(dir, file)
+		if err := os.WriteFile(mutated, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		replace[filepath.Join(core, file)] = mutated
 	}
-	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(core, "queue.go"): mutated}})
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": replace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,19 +187,22 @@ func TestCatchMutant(t *testing.T) {
 	if name == "" {
 		t.Skip("runs in TestMutantsCaught's build of a mutated queue")
 	}
+	i := slices.IndexFunc(mutants, func(m mutant) bool { return m.name == name })
+	if i < 0 {
+		t.Fatalf("LINEARIZE_MUTANT=%s: no such mutant", name)
+	}
+	m := mutants[i]
 	var cs []config
 	for _, c := range configs {
-		for _, n := range mutantConfigs {
-			if c.name == n {
-				cs = append(cs, c)
-			}
+		if slices.Contains(m.configs, c.name) {
+			cs = append(cs, c)
 		}
 	}
 	seed := baseSeed(t)
 	start := time.Now()
 	for i := range uint64(mutantHistories) {
 		c := cs[i%uint64(len(cs))]
-		h := record(c, mutantShape, seed+i)
+		h := record(c, m.shape, seed+i)
 		if res := porcupine.CheckOperationsTimeout(newModel(c.order), h, checkTimeout); res == porcupine.Illegal {
 			t.Logf("caught %s on %s after %d histories in %v (seed %d)\n%s", name, c.name, i+1, time.Since(start).Round(time.Millisecond), seed+i, describeHistory(h))
 			return
