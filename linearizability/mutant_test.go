@@ -18,9 +18,9 @@ import (
 // queue with its atomicity broken and requires the checker to reject what
 // it records. Each mutant opens a window, with the queue's lock released, in
 // the middle of one transition of the state table; the patch is made to a
-// copy of the core's queue.go at test time (go build's -overlay), so the
-// core's sources never hold it. Both mutants are in one build and switched
-// on by LINEARIZE_MUTANT, so one compilation serves both.
+// copy of a core file at test time (go build's -overlay), so the core's
+// sources never hold it. Every mutant is in one build, switched on by
+// LINEARIZE_MUTANT, so one compilation serves them all.
 type mutant struct {
 	name string
 	file string // of the core
