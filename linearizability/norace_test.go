@@ -1,0 +1,5 @@
+//go:build !race
+
+package linearizability
+
+const raceEnabled = false
