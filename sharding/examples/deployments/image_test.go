@@ -152,7 +152,8 @@ var digest = regexp.MustCompile(`@sha256:[0-9a-f]{64}$`)
 // architecture, in the Dockerfile's WORKDIR mapped onto the repository,
 // and checks that the binary is a static executable (no PT_INTERP, no
 // needed shared libraries): it compiles every dependency without -race,
-// minutes on a cold cache, so CI leaves it out.
+// minutes on a cold cache (more than go test's default 10-minute timeout
+// on a busy 2-core machine: add -timeout 30m), so CI leaves it out.
 func TestDockerfiles(t *testing.T) {
 	for _, df := range dockerfiles {
 		t.Run(df.binary, func(t *testing.T) {
