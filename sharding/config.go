@@ -95,7 +95,9 @@ type Config struct {
 	// replica adds KEP-5866's ShardSelector to each LIST and watch.
 	// It may be nil only if the primary informer is built through
 	// NewInformer (controller-runtime's cache.Options.NewInformer), which
-	// then gives the ListerWatcher.
+	// then gives the ListerWatcher, before Run: New accepts a nil one, as
+	// NewInformer may come later, and Run returns an error naming this
+	// field if neither is there.
 	ListerWatcher cache.ListerWatcher
 	// ShardedWith are other namespaced types (e.g. the ReplicaSets and
 	// Pods of a Deployment controller) whose informers, built through

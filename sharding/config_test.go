@@ -1,14 +1,17 @@
 package sharding_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/sharding"
 	"github.com/go-coalesce/workqueue/sharding/fakeleases"
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -82,4 +85,49 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("%s: New returned %v, want an error mentioning %q", name, err, tc.want)
 		}
 	}
+}
+
+// TestRunWithoutInformer: a replica with an untyped nil ListerWatcher is
+// accepted by New (NewInformer may build its informer later, as
+// controller-runtime's cache does), but Run refuses at once, naming the
+// field, if no informer was built by then, and writes no Lease; it may be
+// called again once NewInformer has built it. Mutant: Run without the
+// check waits for shards that never sync and returns nil when ctx ends.
+func TestRunWithoutInformer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		leases := fakeleases.New()
+		cs := leases.Clientset("a")
+		q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
+		r, err := sharding.New(sharding.Config{Client: cs, Namespace: "ns", Name: "ring", Identity: "a", Object: &appsv1.Deployment{}, Queue: q})
+		if err != nil {
+			t.Fatalf("New with a nil ListerWatcher (NewInformer may come later): %v", err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		err = r.Run(ctx)
+		if err == nil || !strings.Contains(err.Error(), "Config.ListerWatcher is nil") || !strings.Contains(err.Error(), "NewInformer") {
+			t.Fatalf("Run with no ListerWatcher and no informer returned %v, want an error naming Config.ListerWatcher and NewInformer", err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("Run refused after %v, want at once", d)
+		}
+		if l, err := cs.CoordinationV1().Leases("ns").List(t.Context(), metav1.ListOptions{}); err != nil || len(l.Items) > 0 {
+			t.Errorf("Leases after the refused Run: %v (%v), want none", l, err)
+		}
+
+		// Once NewInformer built it, Run runs: it joins the ring.
+		r.NewInformer(appsLW(fake.NewSimpleClientset(), objectsNS, false), &appsv1.Deployment{}, 0, nil)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		time.Sleep(10 * time.Second)
+		l, err := cs.CoordinationV1().Leases("ns").List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(l.Items) == 0 {
+			t.Errorf("Leases after Run with an informer from NewInformer: %v (%v), want the replica's", l, err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run with an informer from NewInformer: %v", err)
+		}
+	})
 }

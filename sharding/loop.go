@@ -64,12 +64,18 @@ import (
 // success in between, Run leaves the same way, as far as its permissions
 // allow, and returns an error that names the verb and resource and wraps
 // the server's (apierrors.IsForbidden is true of it); see Ready.
-// Run may be called once.
+// Run may be called once. It returns an error at once, and may be called
+// again, if Config.ListerWatcher is nil and NewInformer has not built the
+// primary informer yet: without an informer no shard is ever admitted.
 func (r *Replica) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.running {
 		r.mu.Unlock()
 		return errors.New("sharding: Run called twice")
+	}
+	if err := r.informerMissing(); err != nil {
+		r.mu.Unlock()
+		return err
 	}
 	r.running = true
 	r.mu.Unlock()

@@ -126,9 +126,11 @@ type Config struct {
 // Sharding serves one controller: its ring is that controller's. It is safe
 // for concurrent use.
 type Sharding struct {
-	replica *sharding.Replica
-	qcfg    workqueue.Config[reconcile.Request]
-	queued  chan struct{} // closed by NewQueue: the controller has started
+	replica  *sharding.Replica
+	qcfg     workqueue.Config[reconcile.Request]
+	queued   chan struct{} // closed by NewQueue: the controller has started
+	informed chan struct{} // closed once the replica has its primary informer
+	inform   sync.Once     // closes informed
 
 	mu    sync.Mutex // protects queue
 	queue *Queue     // made by NewQueue; nil before
@@ -145,7 +147,7 @@ func New(cfg Config) (*Sharding, error) {
 	if cfg.Ring.Queue != nil {
 		return nil, errors.New("crsharding: Config.Ring.Queue must be nil: the controller's queue comes from NewQueue")
 	}
-	s := &Sharding{qcfg: cfg.Queue, queued: make(chan struct{})}
+	s := &Sharding{qcfg: cfg.Queue, queued: make(chan struct{}), informed: make(chan struct{})}
 	cfg.Ring.Queue = keyQueue{s}
 	// The controller's own source enqueues the events, through its
 	// predicates; the replica adds only a gained shard's keys.
@@ -155,6 +157,9 @@ func New(cfg Config) (*Sharding, error) {
 		return nil, err
 	}
 	s.replica = r
+	if cfg.Ring.ListerWatcher != nil { // the replica built its informer
+		s.inform.Do(func() { close(s.informed) })
+	}
 	return s, nil
 }
 
@@ -162,19 +167,26 @@ func New(cfg Config) (*Sharding, error) {
 func (s *Sharding) Replica() *sharding.Replica { return s.replica }
 
 // Start waits until the controller has made its queue (NewQueue: the
-// controller has started), then runs the replica's loop
-// (sharding.Replica.Run) until ctx ends, and leaves the ring gracefully
-// (unless Config.Ring.SkipRelease): the runs in flight finish (within
-// GracePeriod) before the shards are released. The manager calls it on
-// every replica, leader or not. Waiting for the controller keeps a replica
-// whose controller never starts (a manager with leader election, not
-// elected) out of the ring: the shards it would hold would not be
-// reconciled. If ctx ends first, Start returns nil having held nothing.
+// controller has started) and the replica has its sharded informer (built
+// from Config.Ring.ListerWatcher, or by the manager's cache through
+// NewInformer, which the controller's source asks for just after its
+// queue), then runs the replica's loop (sharding.Replica.Run) until ctx
+// ends, and leaves the ring gracefully (unless Config.Ring.SkipRelease):
+// the runs in flight finish (within GracePeriod) before the shards are
+// released. The manager calls it on every replica, leader or not. Waiting
+// for the controller keeps a replica whose controller never starts (a
+// manager with leader election, not elected) out of the ring: the shards
+// it would hold would not be reconciled. Waiting for the informer keeps
+// Run from refusing to start without one; a cache not made with
+// CacheOptions never builds it, and the replica then never joins. If ctx
+// ends first, Start returns nil having held nothing.
 func (s *Sharding) Start(ctx context.Context) error {
-	select {
-	case <-s.queued:
-	case <-ctx.Done():
-		return nil
+	for _, ready := range []chan struct{}{s.queued, s.informed} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	return s.replica.Run(ctx)
 }
@@ -190,7 +202,11 @@ func (s *Sharding) NeedLeaderElection() bool { return false }
 // cache.Options.NewInformer: the sharded informer for Config.Ring.Object's
 // type and the types of Config.Ring.ShardedWith, a plain one for others.
 func (s *Sharding) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-	return s.replica.NewInformer(lw, obj, resync, indexers)
+	inf := s.replica.NewInformer(lw, obj, resync, indexers)
+	if s.replica.Informer() != nil {
+		s.inform.Do(func() { close(s.informed) })
+	}
+	return inf
 }
 
 // CacheOptions returns o with NewInformer set to the replica's, for

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/debug"
 	"github.com/go-coalesce/workqueue/sharding"
 	"github.com/go-coalesce/workqueue/sharding/ringpage"
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,7 +34,7 @@ type clusterOptions struct {
 	identity  string // this replica's name in the ring
 	ring      string // the ring's name, the same on every replica
 	shards    int
-	listen    string // address of /metrics, /readyz and /healthz; empty: none
+	listen    string // address of /metrics, /readyz, /healthz and the pages; empty: none
 }
 
 // runCluster runs one replica of the Deployment "controller" against the
@@ -244,7 +245,8 @@ func (g *gauges) write(w io.Writer) {
 	}
 }
 
-// handler serves /metrics, /debug/ring (the ring page), /readyz (Replica.Ready: not ready before the
+// handler serves /metrics, /debug/ring (the ring page), /debug/workqueue (the
+// queue's debug page), /readyz (Replica.Ready: not ready before the
 // replica has joined, after its session lapsed, and while the API server
 // refuses it a request it needs) and /healthz (ok while the process
 // serves: a lapse or a refused request is readiness's to report, and
@@ -261,6 +263,7 @@ func (g *gauges) handler(r *sharding.Replica, q *workqueue.RateLimitingQueue[str
 	// The ring page: who holds each shard, and where a key stands
 	// (/debug/ring?key=namespace/name; ?format=json).
 	mux.Handle("GET /debug/ring", ringpage.New(r, ringpage.Options{Queue: q}))
+	mux.Handle("GET /debug/workqueue", debug.NewHandler(debug.Options{}, debug.Queue("deployments", q, nil)))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		if err := r.Ready(req); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

@@ -10,6 +10,13 @@
 //	cd sharding && go run ./examples/deployments
 //	cd sharding && go run ./examples/deployments -client-filter
 //
+// -listen serves, while the story runs and then until interrupted, the ring
+// page (/debug/ring, package ringpage: every shard's holder and state, and
+// where a key stands) and the queues' debug page (/debug/workqueue, package
+// debug), and prints their URL:
+//
+//	cd sharding && go run ./examples/deployments -listen 127.0.0.1:8080
+//
 // -client-filter makes the fake server ignore the shard selector, as a
 // kube-apiserver without the gate (before 1.36, or with the alpha gate
 // off) does: each replica then lists and watches every Deployment and
@@ -23,7 +30,7 @@
 // With -cluster it runs instead one replica against a real cluster, with
 // the default timings: it caches the Deployments of -namespace whose
 // shards it holds and logs each one it "reconciles" (it writes nothing),
-// and serves /metrics, /readyz and /healthz on -listen. deploy/ holds the manifests
+// and serves /metrics, /readyz, /healthz and the two pages on -listen. deploy/ holds the manifests
 // of three such replicas and their least-privilege RBAC (see "Deploy" in
 // sharding/README.md). There the API server decides who filters:
 // -client-filter does not apply, and the replica logs which it found.
@@ -36,6 +43,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -79,14 +87,7 @@ var timing = sharding.Config{
 }
 
 func main() {
-	clientFilter := flag.Bool("client-filter", false, "serve the shard selector as a server without the ShardedListAndWatch gate: ignore it (not with -cluster)")
-	cluster := flag.Bool("cluster", false, "run one replica against the cluster ($KUBECONFIG, ~/.kube/config or in-cluster) instead of the story")
-	var o clusterOptions
-	flag.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "default"), "with -cluster: namespace of the ring's Leases and of the Deployments")
-	flag.StringVar(&o.identity, "identity", os.Getenv("POD_NAME"), "with -cluster: this replica's name in the ring, unique among live replicas (default $POD_NAME)")
-	flag.StringVar(&o.ring, "ring", "deployments", "with -cluster: the ring's name, the same on every replica")
-	flag.IntVar(&o.shards, "shards", shards, "with -cluster: shards of the ring (a power of two); a rollout that changes it changes the ring's count online (sharding/docs/operate.md)")
-	flag.StringVar(&o.listen, "listen", "", "with -cluster: address to serve /metrics, /readyz and /healthz on (empty: none)")
+	clientFilter, cluster, o := defineFlags(flag.CommandLine)
 	klog.InitFlags(nil)
 	flag.Parse()
 	if *cluster {
@@ -95,7 +96,7 @@ func main() {
 		if o.identity == "" {
 			o.identity, _ = os.Hostname()
 		}
-		if err := runCluster(ctx, o); err != nil {
+		if err := runCluster(ctx, *o); err != nil {
 			klog.ErrorS(err, "deployments: the replica stopped")
 			klog.Flush()
 			os.Exit(1)
@@ -104,7 +105,16 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := Story(ctx, os.Stdout, !*clientFilter)
+	so := StoryOptions{ServerFilter: !*clientFilter}
+	if o.listen != "" {
+		stop, err := servePages(o.listen, &so)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deployments:", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
+	res, err := Story(ctx, os.Stdout, so)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deployments:", err)
 		os.Exit(1)
@@ -114,10 +124,26 @@ func main() {
 	}
 }
 
+// defineFlags defines the command's flags on fs.
+func defineFlags(fs *flag.FlagSet) (clientFilter, cluster *bool, o *clusterOptions) {
+	clientFilter = fs.Bool("client-filter", false, "serve the shard selector as a server without the ShardedListAndWatch gate: ignore it (not with -cluster)")
+	cluster = fs.Bool("cluster", false, "run one replica against the cluster ($KUBECONFIG, ~/.kube/config or in-cluster) instead of the story")
+	o = &clusterOptions{}
+	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "default"), "with -cluster: namespace of the ring's Leases and of the Deployments")
+	fs.StringVar(&o.identity, "identity", os.Getenv("POD_NAME"), "with -cluster: this replica's name in the ring, unique among live replicas (default $POD_NAME)")
+	fs.StringVar(&o.ring, "ring", "deployments", "with -cluster: the ring's name, the same on every replica")
+	fs.IntVar(&o.shards, "shards", shards, "with -cluster: shards of the ring (a power of two); a rollout that changes it changes the ring's count online (sharding/docs/operate.md)")
+	fs.StringVar(&o.listen, "listen", "", "address to serve the ring page (/debug/ring) and the queues' debug page (/debug/workqueue) on, "+
+		"e.g. 127.0.0.1:8080 (where only operators reach it); the story prints their URL and serves them until interrupted; "+
+		"with -cluster also /metrics, /readyz and /healthz (empty: none)")
+	return clientFilter, cluster, o
+}
+
 // Result is what the story observed, for its test.
 type Result struct {
 	Before, After map[string][]int // replica → shards held, before and after the kill
 	Takeover      time.Duration    // from the kill until every shard was held again
+	Renewed       time.Duration    // from the victim's last renewal of its membership Lease until the kill
 	Converged     bool             // every Deployment's observedGeneration is its generation
 	Overlaps      int              // keys run by two replicas at once
 	Syncs         int              // handler runs that updated a status
@@ -125,20 +151,36 @@ type Result struct {
 	Filtering     string           // who filtered by shard: "server" or "client"
 }
 
+// StoryOptions configure Story.
+type StoryOptions struct {
+	// ServerFilter says whether the (fake) server honours the shard
+	// selector.
+	ServerFilter bool
+	// Pages, if not nil, gets the ring page and the queues' debug page
+	// (mountPages) once the replicas run, and URL, its address, is
+	// printed with them.
+	Pages *http.ServeMux
+	URL   string
+	// Hold, if not nil, is called once the story is told, before the
+	// surviving replicas stop: they keep running (and the pages show
+	// them) until it returns.
+	Hold func()
+}
+
 // replica is one replica of the controller: an informer, a queue, workers
 // and a sharding.Replica, all stopped by cancel.
 type replica struct {
 	name   string
 	shard  *sharding.Replica
+	queue  *workqueue.RateLimitingQueue[string]
 	get    func(key string) (any, bool, error) // the informer's store
 	lw     *fakeshards.ListerWatcher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// Story runs the example and writes its timeline to w. serverFilter says
-// whether the (fake) server honours the shard selector.
-func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) {
+// Story runs the example and writes its timeline to w.
+func Story(ctx context.Context, w io.Writer, o StoryOptions) (Result, error) {
 	var res Result
 	// The fake clientset's watches are channels that panic when they hold
 	// DefaultChanSize (100) events, which the replicas' first status
@@ -155,7 +197,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return objs.AppsV1().Deployments(namespace).Watch(ctx, o)
 		},
-	}, serverFilter)
+	}, o.ServerFilter)
 	defer deploymentsServer.Close()
 	for i := range deployments {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{
@@ -176,7 +218,9 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 	overlaps, syncs := 0, 0
 
 	start := func(name string) (*replica, error) {
-		rctx, cancel := context.WithCancel(ctx)
+		// Not ctx's: the replicas outlive the story's deadline while
+		// Hold keeps them; they stop when Story returns.
+		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		lw := deploymentsServer.Client()
 		q := workqueue.NewRateLimitingQueue(workqueue.DefaultControllerRateLimiter[string]())
 		cfg := timing
@@ -191,7 +235,7 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 			return nil, err
 		}
 		inf := s.Informer() // holds only the Deployments of s's shards
-		rp := &replica{name: name, shard: s, get: inf.GetStore().GetByKey, lw: lw, cancel: cancel}
+		rp := &replica{name: name, shard: s, queue: q, get: inf.GetStore().GetByKey, lw: lw, cancel: cancel}
 		reconcile := func(ctx context.Context, key string) error {
 			mu.Lock()
 			if other, ok := running[key]; ok {
@@ -230,6 +274,11 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 		}
 		replicas[name] = rp
 	}
+	if o.Pages != nil {
+		mountPages(o.Pages, replicas)
+		fmt.Fprintf(w, "the ring: %s/debug/ring (as %s sees it; /debug/ring/<replica> as another does); the queues: %s/debug/workqueue\n",
+			o.URL, replicaNames[0], o.URL)
+	}
 
 	holding := func() map[string][]int {
 		out := map[string][]int{}
@@ -266,6 +315,11 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 	replicas[victim].wg.Wait()
 	replicas[victim].lw.Close()
 	delete(replicas, victim)
+	renewed, err := lastRenewal(ctx, leases.Clientset("story"), victim)
+	if err != nil {
+		return res, err
+	}
+	res.Renewed = killed.Sub(renewed)
 
 	for i := range deployments {
 		name := fmt.Sprintf("web-%03d", i)
@@ -286,14 +340,23 @@ func Story(ctx context.Context, w io.Writer, serverFilter bool) (Result, error) 
 	}
 	res.Takeover = time.Since(killed)
 	res.After = holding()
-	fmt.Fprintf(w, "%s's shards taken over %v after the kill (LeaseDuration %v + at most 2 periods of RetryPeriod %v + 10%%)\n",
-		victim, res.Takeover.Round(100*time.Millisecond), timing.LeaseDuration, timing.RetryPeriod)
+	// The others count LeaseDuration from the last renewal they saw, not
+	// from the kill, which came up to a period later: so the takeover,
+	// after the kill, can take less than LeaseDuration.
+	fmt.Fprintf(w, "%s's shards taken over %v after its last renewal, %v after the kill: the others wait LeaseDuration (%v) "+
+		"from the last renewal they saw (%v before the kill), then take and list the shards within 2 periods (RetryPeriod %v + 10%%)\n",
+		victim, (res.Renewed + res.Takeover).Round(10*time.Millisecond), res.Takeover.Round(10*time.Millisecond),
+		timing.LeaseDuration, res.Renewed.Round(10*time.Millisecond), timing.RetryPeriod)
 	printHolding(w, res.After, replicas)
 	if err := waitFor(ctx, func() bool { return converged(ctx, objs, 2) }); err != nil {
 		return res, fmt.Errorf("never converged after the kill: %w", err)
 	}
 	res.Converged = true
 	fmt.Fprintf(w, "all %d Deployments converged at generation 2\n", deployments)
+	if o.Hold != nil {
+		fmt.Fprintf(w, "the other replicas keep running, and the pages show them, until interrupted (Ctrl-C)\n")
+		o.Hold()
+	}
 	// Stop the replicas before reading the counters: a worker counts its
 	// sync just after the write that made the list converge.
 	for name, rp := range replicas {

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -34,7 +36,7 @@ func testStory(t *testing.T, server bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var out bytes.Buffer
-		res, err := Story(ctx, &out, server)
+		res, err := Story(ctx, &out, StoryOptions{ServerFilter: server})
 		t.Log("\n" + out.String())
 		if err != nil {
 			t.Fatal(err)
@@ -66,6 +68,19 @@ func testStory(t *testing.T, server bool) {
 		period := timing.RetryPeriod + timing.RetryPeriod/10
 		if bound := timing.LeaseDuration + 2*period; res.Takeover > bound || res.Takeover < timing.LeaseDuration-period {
 			t.Errorf("takeover after %v, want between LeaseDuration − 1.1×RetryPeriod and %v", res.Takeover, bound)
+		}
+		// What the story prints: LeaseDuration counts from the victim's
+		// last renewal, at most a period before the kill.
+		if res.Renewed < 0 || res.Renewed > period {
+			t.Errorf("the victim last renewed %v before the kill, want within a period (%v)", res.Renewed, period)
+		}
+		if since := res.Renewed + res.Takeover; since < timing.LeaseDuration || since > timing.LeaseDuration+2*period {
+			t.Errorf("takeover %v after the last renewal, want LeaseDuration (%v) and at most 2 periods more", since, timing.LeaseDuration)
+		}
+		takeover := fmt.Sprintf("%s's shards taken over %v after its last renewal, %v after the kill: the others wait LeaseDuration (1s) from the last renewal they saw (%v before the kill)",
+			victim, (res.Renewed + res.Takeover).Round(10*time.Millisecond), res.Takeover.Round(10*time.Millisecond), res.Renewed.Round(10*time.Millisecond))
+		if !strings.Contains(out.String(), takeover) {
+			t.Errorf("output lacks %q", takeover)
 		}
 		if want := map[bool]string{true: "server", false: "client"}[server]; res.Filtering != want {
 			t.Errorf("filtered by the %s, want %s", res.Filtering, want)

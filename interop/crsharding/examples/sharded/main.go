@@ -52,7 +52,7 @@ func run() error {
 	namespace := flag.String("namespace", "default", "namespace of the ConfigMaps and of the ring's Leases")
 	identity := flag.String("identity", envOr("POD_NAME", host), "this replica's name in the ring (unique among live replicas)")
 	shards := flag.Int("shards", 16, "shards of the ring (a power of two); a rollout that changes it changes the ring's count online (sharding/docs/operate.md)")
-	metricsAddr := flag.String("metrics-bind-address", "0", `address of /metrics ("0": none; deploy/ sets :8080)`)
+	metricsAddr := flag.String("metrics-bind-address", "0", `address of /metrics and the ring page /debug/ring, e.g. 127.0.0.1:8080 ("0": none; deploy/ sets :8080)`)
 	probeAddr := flag.String("health-probe-bind-address", "", "address of /readyz and /healthz (empty: none; deploy/ sets :8081)")
 	flag.Parse()
 	ctrl.SetLogger(zap.New())
