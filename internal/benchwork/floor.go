@@ -110,29 +110,47 @@ func (f *CoalescingFloor) Add(k string) {
 	f.mu.Unlock()
 }
 
-// FIFO is a slice used as a queue that restarts at the front whenever it
-// empties, which the workloads make it do at the end of every batch. The
-// zero value is empty. Not safe for concurrent use.
+// FIFO is a first-in first-out queue over a circular buffer whose capacity
+// is a power of two: it grows when full, never shrinks, and restarts at
+// slot 0 whenever it empties. Like the queue's own ring it reuses its
+// slots, so a FIFO that never empties (many goroutines each with a key in
+// flight) allocates nothing once it has grown; a slice used as a queue
+// (append, then advance the head) would allocate for as long as it never
+// empties. The zero value is empty. Not safe for concurrent use.
 type FIFO[E any] struct {
-	buf  []E
-	head int
+	buf  []E // len(buf) is 0 or a power of two
+	head int // index of the oldest element
+	n    int // number of elements
 }
 
-// Push appends e.
-func (q *FIFO[E]) Push(e E) { q.buf = append(q.buf, e) }
+// Push appends e. Amortized O(1).
+func (q *FIFO[E]) Push(e E) {
+	if q.n == len(q.buf) {
+		grown := make([]E, max(2*len(q.buf), 16))
+		for i := range q.n {
+			grown[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
+		}
+		q.buf, q.head = grown, 0
+	}
+	q.buf[(q.head+q.n)&(len(q.buf)-1)] = e
+	q.n++
+}
 
 // Len returns the number of elements.
-func (q *FIFO[E]) Len() int { return len(q.buf) - q.head }
+func (q *FIFO[E]) Len() int { return q.n }
 
 // Peek returns the oldest element; Len must be above 0.
 func (q *FIFO[E]) Peek() E { return q.buf[q.head] }
 
 // Pop removes and returns the oldest element; Len must be above 0.
 func (q *FIFO[E]) Pop() E {
+	var zero E
 	e := q.buf[q.head]
-	q.head++
-	if q.head == len(q.buf) {
-		q.buf, q.head = q.buf[:0], 0
+	q.buf[q.head] = zero
+	q.head = (q.head + 1) & (len(q.buf) - 1)
+	q.n--
+	if q.n == 0 {
+		q.head = 0
 	}
 	return e
 }
