@@ -1,6 +1,12 @@
 package interop
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime/pprof"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -134,29 +140,83 @@ func TestDifferenceAddRateLimitedAfterShutDown(t *testing.T) {
 	})
 }
 
-// Goroutines: a plain delaying queue of ours starts none until a key waits,
-// and none once ShutDown has dropped the waiting keys; client-go's starts
-// its waiting loop (with a 10 s heartbeat) in the constructor and keeps it
-// until ShutDown.
+// Goroutines: a delaying queue of ours starts none, neither when it is made,
+// nor when a key is added or waits for its AddAfter deadline (a timer calls
+// the queue when it is due), nor at ShutDown; client-go's starts its waiting
+// loop (with a 10 s heartbeat) in the constructor and keeps it until
+// ShutDown. Each half counts the goroutines that the queue's calls started
+// and that are alive after each call, in a synctest bubble so that a
+// goroutine that ShutDown ends has ended when it is counted.
 func TestDifferenceGoroutines(t *testing.T) {
 	t.Parallel()
 	t.Run("ours", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			q := workqueue.New[string]()
-			q.Add("a")
-			// If the queue had started a goroutine, it would be
-			// blocked now and synctest.Test would report a deadlock
-			// at the end of the bubble, since nothing shuts q down.
-			synctest.Wait()
-			_ = q
+			g := newGoroutineTally()
+			var q *workqueue.Queue[string]
+			g.run(func() { q = workqueue.New[string]() })
+			defer q.ShutDown() // ends what a failed check leaves, before the bubble does
+			require.Zero(t, g.alive(), "New starts no goroutine")
+			g.run(func() { q.Add("a") })
+			require.Zero(t, g.alive(), "nor does Add")
+			g.run(func() { q.AddAfter("b", time.Hour) })
+			require.Equal(t, 1, q.Stats().Waiting, "b waits")
+			require.Zero(t, g.alive(), "nor a key waiting for its deadline")
+			g.run(q.ShutDown)
+			require.Zero(t, g.alive(), "nor ShutDown")
 		})
 	})
 	t.Run("client-go", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			q := clientworkqueue.NewTypedDelayingQueue[string]()
-			// Without this ShutDown the bubble would never end: the
-			// waiting loop runs until ShutDown.
-			q.ShutDown()
+			g := newGoroutineTally()
+			var q clientworkqueue.TypedDelayingInterface[string]
+			g.run(func() { q = clientworkqueue.NewTypedDelayingQueue[string]() })
+			defer q.ShutDown()
+			require.Equal(t, 1, g.alive(), "client-go's constructor starts its waiting loop")
+			g.run(func() { q.AddAfter("b", time.Hour) })
+			require.Equal(t, 1, g.alive(), "which is alone while a key waits")
+			g.run(q.ShutDown)
+			require.Zero(t, g.alive(), "and ends at ShutDown")
 		})
 	})
+}
+
+// goroutineTally counts the goroutines started by the functions it runs,
+// and by those goroutines in turn, through a profiler label of its own: a
+// goroutine inherits its creator's labels, and the caller's own labels are
+// restored when a function returns. Other tests running in parallel have
+// other labels, so they are not counted.
+type goroutineTally struct{ label string }
+
+var goroutineTallies atomic.Int64
+
+func newGoroutineTally() goroutineTally {
+	return goroutineTally{label: fmt.Sprint(goroutineTallies.Add(1))}
+}
+
+const goroutineTallyKey = "differences-goroutine-tally"
+
+// run calls f under the tally's label.
+func (g goroutineTally) run(f func()) {
+	pprof.Do(context.Background(), pprof.Labels(goroutineTallyKey, g.label), func(context.Context) { f() })
+}
+
+// alive waits until every goroutine of the calling synctest bubble is
+// blocked, and returns how many goroutines carry the tally's label.
+func (g goroutineTally) alive() int {
+	synctest.Wait()
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		panic(err)
+	}
+	// Each record of the profile counts the goroutines with one stack and
+	// one label set: "<n> @ <pcs>", then "# labels: {...}" if any.
+	want := fmt.Sprintf("%q:%q", goroutineTallyKey, g.label)
+	n := 0
+	for rec := range strings.SplitSeq(buf.String(), "\n\n") {
+		var count int
+		if _, err := fmt.Sscanf(rec, "%d @", &count); err == nil && strings.Contains(rec, want) {
+			n += count
+		}
+	}
+	return n
 }

@@ -54,12 +54,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The label that names the queue, as in client-go, and the one that names
-// a priority, as in controller-runtime.
-const (
-	nameLabel     = "name"
-	priorityLabel = "priority"
-)
+// The label that names the queue, as in client-go.
+const nameLabel = "name"
 
 // Provider makes the Prometheus metrics of queues: set it as
 // workqueue.Config.Metrics, together with a Config.Name. One Provider serves
@@ -183,11 +179,9 @@ func NewProvider(reg prom.Registerer) *Provider {
 			"How many seconds has the longest running processor for "+
 				"workqueue been running.",
 			labels, nil),
-		oldestReady: prom.NewDesc("workqueue_oldest_ready_seconds",
-			"How many seconds the item that workqueue hands out next at each "+
-				"priority has been waiting. A value that keeps growing means "+
-				"the priority is not being served.",
-			[]string{nameLabel, priorityLabel}, nil),
+		// Name and help shared with interop/hostmetrics.
+		oldestReady: prom.NewDesc(metricsbook.OldestReadyName, metricsbook.OldestReadyHelp,
+			[]string{nameLabel, metricsbook.PriorityLabel}, nil),
 	}
 	if reg != nil {
 		reg.MustRegister(p)

@@ -7,12 +7,11 @@
 package bench
 
 import (
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/internal/benchwork"
 	clientworkqueue "k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 )
@@ -58,20 +57,10 @@ const (
 	controllerRuntime = "controller-runtime"
 )
 
-// Keys returns n distinct keys shaped like a controller's namespace/name.
-func Keys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = "default/deployment-" + strconv.Itoa(i)
-	}
-	return keys
-}
-
-// cycler is what the queue-only workloads drive.
+// cycler is what the queue-only workloads drive: benchwork's, and
+// ShutDown, which the workloads here call when they are done.
 type cycler interface {
-	Add(string)
-	Get() (string, bool)
-	Done(string)
+	benchwork.Cycler
 	ShutDown()
 }
 
@@ -84,7 +73,7 @@ func Workloads() []Workload {
 		{
 			Name: "cycle", Doc: "one key in flight: Add, Get, Done", Theirs: clientGo, Goal: 0.6,
 			RunOurs: func(b *testing.B) { cycle(b, newOurs()) }, RunTheirs: func(b *testing.B) { cycle(b, newTheirs()) },
-			Floors: floor(func(b *testing.B) { cycle(b, newFloorQueue(false)) }),
+			Floors: floor(func(b *testing.B) { cycle(b, benchwork.NewFloor()) }),
 		},
 		{
 			Name: "cycle-metrics", Doc: "the cycle with a no-op metrics provider", Theirs: clientGo, Goal: 0.5,
@@ -96,12 +85,12 @@ func Workloads() []Workload {
 					Name: "bench", MetricsProvider: NoopClientMetrics{},
 				}))
 			},
-			Floors: []Floor{{Name: "clock", Goal: 1.1, Run: func(b *testing.B) { cycle(b, newFloorQueue(true)) }}},
+			Floors: []Floor{{Name: "clock", Goal: 1.1, Run: func(b *testing.B) { cycle(b, benchwork.NewClockFloor()) }}},
 		},
 		{
 			Name: "burst-1000", Doc: "1000 distinct adds, then 1000 Get/Done; per key", Theirs: clientGo, Goal: 0.7,
 			RunOurs: func(b *testing.B) { burst(b, newOurs()) }, RunTheirs: func(b *testing.B) { burst(b, newTheirs()) },
-			Floors: floor(func(b *testing.B) { burst(b, newFloorQueue(false)) }),
+			Floors: floor(func(b *testing.B) { burst(b, benchwork.NewFloor()) }),
 		},
 		{
 			Name: "requeue-1000", Doc: "1000 keys queued; Get, Add of the key while processing, Done (it goes to the back)", Theirs: clientGo,
@@ -110,7 +99,7 @@ func Workloads() []Workload {
 		{
 			Name: "hot-key-x10", Doc: "ten Adds of one key, then Get, Done", Theirs: clientGo, Goal: 0.7,
 			RunOurs: func(b *testing.B) { hotKey(b, newOurs()) }, RunTheirs: func(b *testing.B) { hotKey(b, newTheirs()) },
-			Floors: floor(func(b *testing.B) { hotKey(b, newFloorCoalescing()) }),
+			Floors: floor(func(b *testing.B) { hotKey(b, benchwork.NewCoalescingFloor()) }),
 		},
 		{
 			Name: "parallel-x1", Doc: "Add/Get/Done of a key of its own from GOMAXPROCS goroutines", Theirs: clientGo, Goal: 0.6,
@@ -149,16 +138,11 @@ func Workloads() []Workload {
 	return append(ws, contentionWorkloads("string", stringKeys)...)
 }
 
-// cycle is a controller's steady state with one key in flight.
+// cycle is a controller's steady state with one key in flight
+// (benchwork.Cycle).
 func cycle(b *testing.B, q cycler) {
 	defer q.ShutDown()
-	key := "default/web"
-	b.ReportAllocs()
-	for b.Loop() {
-		q.Add(key)
-		k, _ := q.Get()
-		q.Done(k)
-	}
+	benchwork.Cycle(b, q)
 }
 
 // perKey runs batch(keys) over batches of at most len(keys) keys until b.N
@@ -173,18 +157,11 @@ func perKey(b *testing.B, keys []string, batch func(keys []string)) {
 	}
 }
 
-// burst is a resync: many distinct keys added, then drained.
+// burst is a resync: many distinct keys added, then drained
+// (benchwork.Burst); one op is one key.
 func burst(b *testing.B, q cycler) {
 	defer q.ShutDown()
-	perKey(b, Keys(1000), func(keys []string) {
-		for _, k := range keys {
-			q.Add(k)
-		}
-		for range keys {
-			k, _ := q.Get()
-			q.Done(k)
-		}
-	})
+	perKey(b, benchwork.Keys(1000), func(keys []string) { benchwork.Burst(q, keys) })
 }
 
 // requeue keeps 1000 keys queued and cycles them through processing+dirty:
@@ -194,7 +171,7 @@ func burst(b *testing.B, q cycler) {
 // the tail of its ordered table and compacts the dead entries left behind.
 func requeue(b *testing.B, q cycler) {
 	defer q.ShutDown()
-	for _, k := range Keys(1000) {
+	for _, k := range benchwork.Keys(1000) {
 		q.Add(k)
 	}
 	b.ReportAllocs()
@@ -205,45 +182,18 @@ func requeue(b *testing.B, q cycler) {
 	}
 }
 
-// hotKey is a key that gets ten events before a worker takes it.
+// hotKey is a key that gets ten events before a worker takes it
+// (benchwork.HotKey).
 func hotKey(b *testing.B, q cycler) {
 	defer q.ShutDown()
-	key := "default/web"
-	b.ReportAllocs()
-	for b.Loop() {
-		for range 10 {
-			q.Add(key)
-		}
-		k, _ := q.Get()
-		q.Done(k)
-	}
+	benchwork.HotKey(b, q)
 }
 
 // parallel is contention: mult*GOMAXPROCS goroutines each adding, getting
-// and finishing a key of their own.
+// and finishing a key of their own (benchwork.Parallel).
 func parallel(b *testing.B, q cycler, mult int) {
 	defer q.ShutDown()
-	keys := Keys(1 << 12)
-	var mu sync.Mutex
-	next := 0
-	b.SetParallelism(mult)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		mu.Lock()
-		key := keys[next%len(keys)]
-		next++
-		mu.Unlock()
-		for pb.Next() {
-			q.Add(key)
-			k, _ := q.Get()
-			q.Done(k)
-		}
-		// Get may hand this goroutine another's key, and an Add of a key
-		// still queued coalesces, so a goroutine can be owed a key that
-		// nobody adds any more. Each one that leaves adds a key of its
-		// own, so the last one in Get always finds one.
-		q.Add("exit/" + key)
-	})
+	benchwork.Parallel(b, q, mult)
 }
 
 // delayer is what the AddAfter workload drives.
@@ -257,7 +207,7 @@ type delayer interface {
 // for either queue, less when adding the keys takes longer than 1ms.
 func addAfter(b *testing.B, q delayer) {
 	defer q.ShutDown()
-	perKey(b, Keys(10000), func(keys []string) {
+	perKey(b, benchwork.Keys(10000), func(keys []string) {
 		for _, k := range keys {
 			q.AddAfter(k, time.Millisecond)
 		}
@@ -307,7 +257,7 @@ func rateLimited(b *testing.B, q rateLimiter) {
 func priorityOurs(b *testing.B) {
 	q := workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewPriorityStore[string]()})
 	defer q.ShutDown()
-	perKey(b, Keys(1000), func(keys []string) {
+	perKey(b, benchwork.Keys(1000), func(keys []string) {
 		for i, k := range keys {
 			q.AddWithPriority(k, i%4)
 		}
@@ -324,7 +274,7 @@ func priorityTheirs(b *testing.B) {
 	q := priorityqueue.New[string]("")
 	defer q.ShutDown()
 	prios := [4]int{0, 1, 2, 3}
-	perKey(b, Keys(1000), func(keys []string) {
+	perKey(b, benchwork.Keys(1000), func(keys []string) {
 		for i, k := range keys {
 			q.AddWithOpts(priorityqueue.AddOpts{Priority: &prios[i%4]}, k)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/internal/benchwork"
 	clientworkqueue "k8s.io/client-go/util/workqueue"
 )
 
@@ -43,7 +44,7 @@ func intKeys() keySource[int] {
 }
 
 var (
-	ringKeys = sync.OnceValue(func() []string { return Keys(keyRing) })
+	ringKeys = sync.OnceValue(func() []string { return benchwork.Keys(keyRing) })
 	exitKeys = sync.OnceValue(func() []string {
 		keys := make([]string, 4096)
 		for i := range keys {

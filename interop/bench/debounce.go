@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/internal/benchwork"
 	clientworkqueue "k8s.io/client-go/util/workqueue"
 )
 
@@ -34,7 +35,7 @@ func DebouncedBurst(b *testing.B, ours bool) {
 	} else {
 		q = clientworkqueue.NewTyped[string]()
 	}
-	keys := Keys(200)
+	keys := benchwork.Keys(200)
 	index := make(map[string]int, len(keys))
 	for i, k := range keys {
 		index[k] = i

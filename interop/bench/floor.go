@@ -3,6 +3,8 @@ package bench
 import (
 	"sync"
 	"time"
+
+	"github.com/go-coalesce/workqueue/internal/benchwork"
 )
 
 // The floors are measuring sticks, not queues anyone should use: each does
@@ -11,92 +13,9 @@ import (
 // Running them next to both libraries shows how much of a library's time is
 // the protocol's and how much its own, and whether a goal is reachable at
 // all on the machine: no queue can go below its floor, so a goal below the
-// floor's ratio asks for the impossible there.
-
-// floorQueue is the floor of Add, Get and Done: one lock per call, one map
-// entry per key, a FIFO of ready keys. It coalesces only what the
-// workloads need (a key is never added twice while in flight).
-//
-// With clock set it also reads the clock where exact metrics must: when a
-// key becomes dirty (its queue latency starts), at Get (latency ends, work
-// starts) and at Done (work ends). floor-with-clock ÷ floor is then the
-// least that metrics with exact durations can cost over none.
-type floorQueue struct {
-	mu     sync.Mutex
-	keys   map[string]floorKey
-	fifo   fifo[string]
-	clock  bool
-	origin time.Time
-	sum    time.Duration // durations measured, kept so that no read is dead code
-}
-
-type floorKey struct {
-	processing bool
-	at         time.Duration
-}
-
-func newFloorQueue(clock bool) *floorQueue {
-	return &floorQueue{keys: map[string]floorKey{}, clock: clock, origin: time.Now()}
-}
-
-func (f *floorQueue) now() time.Duration {
-	if !f.clock {
-		return 0
-	}
-	return time.Since(f.origin)
-}
-
-func (f *floorQueue) Add(k string) {
-	f.mu.Lock()
-	f.keys[k] = floorKey{at: f.now()}
-	f.fifo.push(k)
-	f.mu.Unlock()
-}
-
-// Get and Done look the key up first only with the clock: the start times
-// are what metrics add, and the plain floor overwrites or deletes the entry
-// with one hash.
-func (f *floorQueue) Get() (string, bool) {
-	f.mu.Lock()
-	k := f.fifo.pop()
-	st := floorKey{processing: true}
-	if f.clock {
-		st.at = f.now()
-		f.sum += st.at - f.keys[k].at
-	}
-	f.keys[k] = st
-	f.mu.Unlock()
-	return k, false
-}
-
-func (f *floorQueue) Done(k string) {
-	f.mu.Lock()
-	if f.clock {
-		f.sum += f.now() - f.keys[k].at
-	}
-	delete(f.keys, k)
-	f.mu.Unlock()
-}
-
-func (f *floorQueue) ShutDown() {}
-
-// floorCoalescing is floorQueue whose Add looks the key up first and does
-// nothing for a key already queued: the floor of hot-key-x10, whose Adds
-// mostly find the key queued. One lock and one map lookup per duplicate.
-type floorCoalescing struct{ floorQueue }
-
-func newFloorCoalescing() *floorCoalescing {
-	return &floorCoalescing{floorQueue{keys: map[string]floorKey{}}}
-}
-
-func (f *floorCoalescing) Add(k string) {
-	f.mu.Lock()
-	if _, ok := f.keys[k]; !ok {
-		f.keys[k] = floorKey{}
-		f.fifo.push(k)
-	}
-	f.mu.Unlock()
-}
+// floor's ratio asks for the impossible there. The floors of Add, Get and
+// Done are benchwork's (the core's benchmarks run them too); those of
+// AddAfter are here.
 
 // floorTimer is what both delaying floors share: the lock, the one timer
 // armed for the earliest deadline, and the getters waiting for a key. The
@@ -180,8 +99,8 @@ type floorDelaying struct {
 	keys  map[string]uint32
 	slots []floorSlot
 	free  []uint32
-	due   fifo[floorDeadline]
-	ready fifo[uint32]
+	due   benchwork.FIFO[floorDeadline]
+	ready benchwork.FIFO[uint32]
 }
 
 // floorSlot is a key's state. Nothing reads state (no stale deadline can
@@ -216,7 +135,7 @@ func (f *floorDelaying) AddAfter(k string, d time.Duration) {
 		}
 		f.keys[k] = s
 		f.slots[s] = floorSlot{key: k, state: 1}
-		f.due.push(floorDeadline{s, when})
+		f.due.Push(floorDeadline{s, when})
 		f.arm(d)
 	}
 	f.mu.Unlock()
@@ -225,15 +144,15 @@ func (f *floorDelaying) AddAfter(k string, d time.Duration) {
 func (f *floorDelaying) fire() {
 	f.mu.Lock()
 	now := time.Since(f.origin)
-	for f.due.len() > 0 && f.due.peek().when <= now {
-		e := f.due.pop()
+	for f.due.Len() > 0 && f.due.Peek().when <= now {
+		e := f.due.Pop()
 		f.slots[e.slot].state = 2
-		f.ready.push(e.slot)
+		f.ready.Push(e.slot)
 	}
-	more := f.due.len() > 0
+	more := f.due.Len() > 0
 	var next time.Duration
 	if more {
-		next = f.due.peek().when - now
+		next = f.due.Peek().when - now
 	}
 	f.fired(more, next)
 	f.mu.Unlock()
@@ -244,12 +163,12 @@ func (f *floorDelaying) Add(k string) { f.AddAfter(k, 0) }
 func (f *floorDelaying) Get() (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for f.ready.len() == 0 {
+	for f.ready.Len() == 0 {
 		if !f.wait() {
 			return "", true
 		}
 	}
-	s := f.ready.pop()
+	s := f.ready.Pop()
 	f.slots[s].state = 3
 	return f.slots[s].key, false
 }
@@ -273,8 +192,8 @@ func (f *floorDelaying) Done(k string) {
 type floorDelayingMap struct {
 	floorTimer
 	keys  map[string]floorMapState
-	due   fifo[floorMapDeadline]
-	ready fifo[string]
+	due   benchwork.FIFO[floorMapDeadline]
+	ready benchwork.FIFO[string]
 	seq   uint64
 }
 
@@ -301,7 +220,7 @@ func (f *floorDelayingMap) AddAfter(k string, d time.Duration) {
 		when := time.Since(f.origin) + d
 		f.seq++
 		f.keys[k] = floorMapState{f.seq, 1}
-		f.due.push(floorMapDeadline{k, when, f.seq})
+		f.due.Push(floorMapDeadline{k, when, f.seq})
 		f.arm(d)
 	}
 	f.mu.Unlock()
@@ -310,18 +229,18 @@ func (f *floorDelayingMap) AddAfter(k string, d time.Duration) {
 func (f *floorDelayingMap) fire() {
 	f.mu.Lock()
 	now := time.Since(f.origin)
-	for f.due.len() > 0 && f.due.peek().when <= now {
-		e := f.due.pop()
+	for f.due.Len() > 0 && f.due.Peek().when <= now {
+		e := f.due.Pop()
 		if st, ok := f.keys[e.key]; ok && st.seq == e.seq && st.state == 1 {
 			st.state = 2
 			f.keys[e.key] = st
-			f.ready.push(e.key)
+			f.ready.Push(e.key)
 		}
 	}
-	more := f.due.len() > 0
+	more := f.due.Len() > 0
 	var next time.Duration
 	if more {
-		next = f.due.peek().when - now
+		next = f.due.Peek().when - now
 	}
 	f.fired(more, next)
 	f.mu.Unlock()
@@ -332,12 +251,12 @@ func (f *floorDelayingMap) Add(k string) { f.AddAfter(k, 0) }
 func (f *floorDelayingMap) Get() (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for f.ready.len() == 0 {
+	for f.ready.Len() == 0 {
 		if !f.wait() {
 			return "", true
 		}
 	}
-	k := f.ready.pop()
+	k := f.ready.Pop()
 	st := f.keys[k]
 	st.state = 3
 	f.keys[k] = st
@@ -350,23 +269,4 @@ func (f *floorDelayingMap) Done(k string) {
 		delete(f.keys, k)
 	}
 	f.mu.Unlock()
-}
-
-// fifo is a slice used as a queue that restarts at the front whenever it
-// empties, which the workloads make it do at the end of every batch.
-type fifo[E any] struct {
-	buf  []E
-	head int
-}
-
-func (q *fifo[E]) push(e E) { q.buf = append(q.buf, e) }
-func (q *fifo[E]) len() int { return len(q.buf) - q.head }
-func (q *fifo[E]) peek() E  { return q.buf[q.head] }
-func (q *fifo[E]) pop() E {
-	e := q.buf[q.head]
-	q.head++
-	if q.head == len(q.buf) {
-		q.buf, q.head = q.buf[:0], 0
-	}
-	return e
 }

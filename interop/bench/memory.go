@@ -4,6 +4,7 @@ import (
 	"runtime"
 
 	"github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/internal/benchwork"
 	clientworkqueue "k8s.io/client-go/util/workqueue"
 )
 
@@ -42,7 +43,7 @@ func MemWorkloads() []MemWorkload {
 			keys[i] = i
 		}
 		return keys
-	}), memWorkloads("string", Keys)...)
+	}), memWorkloads("string", benchwork.Keys)...)
 }
 
 func memWorkloads[T comparable](suffix string, keys func(n int) []T) []MemWorkload {
@@ -112,9 +113,9 @@ func (q lowPriority[T]) Add(k T) { q.AddWithPriority(k, -100) }
 // and Done, and measures it again while the queue is still reachable.
 func MemoryAfterBurst(n int, ours bool) MemResult {
 	if ours {
-		return memoryAfterBurst(Keys(n), func() typedQueue[string] { return workqueue.New[string]() })
+		return memoryAfterBurst(benchwork.Keys(n), func() typedQueue[string] { return workqueue.New[string]() })
 	}
-	return memoryAfterBurst(Keys(n), func() typedQueue[string] { return clientworkqueue.NewTyped[string]() })
+	return memoryAfterBurst(benchwork.Keys(n), func() typedQueue[string] { return clientworkqueue.NewTyped[string]() })
 }
 
 func memoryAfterBurst[T comparable](keys []T, newQueue func() typedQueue[T]) MemResult {

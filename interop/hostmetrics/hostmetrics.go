@@ -53,6 +53,22 @@
 // work_duration has ended in that scrape's gauges, as with the Prometheus
 // adapter, whose one collector reads them in the same order.
 //
+// # The ready age, ours
+//
+// The host has no family for how long a priority level's next key has been
+// ready (workqueue.Queue.ReadyAges), which is what shows a starving level.
+// Given the host's label names (Host.LabelNames), New registers it beside
+// the host's families, in the same collector (so it is read in the same
+// cut, after the gauges): workqueue_oldest_ready_seconds, with the name
+// and help of the Prometheus adapter's, the host's labels of a queue plus
+// priority, and the adapter's rules: a series per priority level that has
+// had a ready key (from the first scrape that finds one, then at 0 while
+// the level has none), the larger age for queues with the same labels, and
+// at most 25 priorities for one queue's labels, then the single priority
+// "exceeded_cardinality_limit" with the largest age. Only queues that
+// measure the ages report it: a plain FIFO (at priority 0), or a
+// NewPriorityStore or NewFairPriorityStore one.
+//
 // A queue that has shut down and has nothing ready, waiting or processing
 // stops contributing (its series stay, at the value the host holds, 0),
 // and is forgotten by the Provider: the rule of the Prometheus and
@@ -112,6 +128,11 @@ type Host struct {
 	Latency, WorkDuration func(labelValues ...string) Observer
 	// The host's gauge families.
 	Depth, Unfinished, Longest GaugeFamily
+	// LabelNames are the names of the label values that Labels returns,
+	// in order. Optional: with them New also reports
+	// workqueue_oldest_ready_seconds, labelled by them and priority (see
+	// the package doc); without, it does not.
+	LabelNames []string
 	// Events are the host's counter and histogram collectors (adds,
 	// retries, queue and work durations), as registered on Registerer.
 	// New takes them off it with the gauges and collects them (the same
@@ -139,6 +160,10 @@ type Provider struct {
 	// The queues whose gauges are reported: when a shut-down queue goes
 	// is the Book's rule.
 	book metricsbook.Book[*liveQueue]
+	// ages holds the queues that report workqueue_oldest_ready_seconds,
+	// by their label values joined with labelSep, and the priority labels
+	// each has shown; unused without Host.LabelNames.
+	ages metricsbook.Ages[string]
 
 	mu    sync.Mutex          // protects prios
 	prios map[string]prioSeen // by queue name: the priority labels its depth has shown
@@ -168,6 +193,7 @@ type liveQueue struct {
 var (
 	_ workqueue.MetricsProvider         = (*Provider)(nil)
 	_ workqueue.PriorityMetricsProvider = (*Provider)(nil)
+	_ workqueue.ReadyAgeMetricsProvider = (*Provider)(nil)
 )
 
 // Must returns p, and panics if err is not nil: a subpackage's Provider
@@ -183,7 +209,8 @@ func Must(p *Provider, err error) *Provider {
 // New returns a Provider for h. It takes the host's three gauge collectors
 // and its Events off h.Registerer and registers in their place one
 // collector that reports the host's counters and histograms as they are,
-// then the host's gauge series and the queues' (see the package doc). It
+// then the host's gauge series and the queues', then, with h.LabelNames,
+// the queues' workqueue_oldest_ready_seconds (see the package doc). It
 // fails, leaving the registry as it was, if one of them is not registered
 // there. Call it once per registry: a second call would wrap the wrappers.
 func New(h Host) (*Provider, error) {
@@ -193,6 +220,11 @@ func New(h Host) (*Provider, error) {
 		kind gaugeKind
 	}{{h.Depth, depthGauge}, {h.Unfinished, unfinishedGauge}, {h.Longest, longestGauge}}
 	m := &merged{events: h.Events}
+	if h.LabelNames != nil {
+		m.ages = &p.ages
+		m.oldest = prometheus.NewDesc(metricsbook.OldestReadyName, metricsbook.OldestReadyHelp,
+			append(h.LabelNames[:len(h.LabelNames):len(h.LabelNames)], metricsbook.PriorityLabel), nil)
+	}
 	for _, f := range fams {
 		desc, err := onlyDesc(f.f.Collector)
 		if err != nil {
@@ -268,7 +300,20 @@ func (p *Provider) NewPriorityQueueMetrics(name string, stats func() workqueue.S
 	return p.newQueueMetrics(name, stats, byPriority)
 }
 
-func (p *Provider) newQueueMetrics(name string, stats func() workqueue.Stats, byPriority func(map[int]int)) workqueue.QueueMetrics {
+// NewReadyAgeQueueMetrics implements workqueue.ReadyAgeMetricsProvider:
+// NewPriorityQueueMetrics (NewQueueMetrics when byPriority is nil), and,
+// where the Provider reports it (Host.LabelNames), the queue's ready ages
+// in workqueue_oldest_ready_seconds. Its series appear from the first
+// scrape that finds a ready key at a priority.
+func (p *Provider) NewReadyAgeQueueMetrics(name string, stats func() workqueue.Stats, byPriority func(map[int]int), readyAges func(map[int]time.Duration)) workqueue.QueueMetrics {
+	m := p.newQueueMetrics(name, stats, byPriority)
+	if p.host.LabelNames != nil {
+		m.aged = p.ages.Add(strings.Join(p.host.Labels(name), labelSep), stats, readyAges)
+	}
+	return m
+}
+
+func (p *Provider) newQueueMetrics(name string, stats func() workqueue.Stats, byPriority func(map[int]int)) *queueMetrics {
 	h := &p.host
 	lvs := h.Labels(name)
 	live := &liveQueue{labels: lvs, name: name}
@@ -304,6 +349,7 @@ type queueMetrics struct {
 	adds, retries              Counter
 	queueLatency, workDuration Observer
 	live                       *metricsbook.Queue[*liveQueue]
+	aged                       *metricsbook.Queue[metricsbook.AgeSource[string]] // nil without ready ages
 	// firstAdd, if not nil, makes the depth series of a queue whose
 	// depth the host labels by priority but which has no PriorityStore;
 	// added (the liveQueue's) tells it has run.
@@ -332,7 +378,12 @@ func (m *queueMetrics) Worked(d time.Duration) { m.workDuration.Observe(d.Second
 
 // ShutDown implements workqueue.QueueMetrics. It marks the queue: the next
 // scrapes decide, from Stats, when it stops contributing.
-func (m *queueMetrics) ShutDown() { m.live.ShutDown() }
+func (m *queueMetrics) ShutDown() {
+	m.live.ShutDown()
+	if m.aged != nil {
+		m.aged.ShutDown()
+	}
+}
 
 type gaugeKind int
 
@@ -343,11 +394,19 @@ const (
 )
 
 // merged stands on the registry in place of the host's gauge collectors and
-// its Events.
+// its Events, and reports the ready ages beside them.
 type merged struct {
 	events []prometheus.Collector // the host's, collected first
 	gauges []*mergedGauge         // depth, unfinished work, longest running
+	// The ready ages, reported last; oldest is nil without
+	// Host.LabelNames.
+	oldest *prometheus.Desc
+	ages   *metricsbook.Ages[string]
 }
+
+// labelSep joins the label values of a queue into one key. No label value
+// contains it: Prometheus label values are valid UTF-8, and it is not.
+const labelSep = "\xff"
 
 // hostCollectors are the host's collectors that m replaces.
 func (m *merged) hostCollectors() []prometheus.Collector {
@@ -367,18 +426,28 @@ func (m *merged) Describe(ch chan<- *prometheus.Desc) {
 	for _, g := range m.gauges {
 		g.Describe(ch)
 	}
+	if m.oldest != nil {
+		ch <- m.oldest
+	}
 }
 
 // Collect implements prometheus.Collector: the host's counters and
 // histograms first, their values written now, then the gauges, which read
-// the queues' Stats only after that. A run counted in the histograms has
-// ended in the Stats read after them.
+// the queues' Stats only after that, then the ready ages. A run counted in
+// the histograms has ended in the Stats read after them.
 func (m *merged) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.events {
 		collectWritten(c, ch)
 	}
 	for _, g := range m.gauges {
 		g.Collect(ch)
+	}
+	if m.oldest == nil {
+		return
+	}
+	for _, a := range m.ages.Series() {
+		lvs := append(strings.Split(a.Key, labelSep), a.Priority)
+		ch <- prometheus.MustNewConstMetric(m.oldest, prometheus.GaugeValue, a.Age.Seconds(), lvs...)
 	}
 }
 
@@ -502,7 +571,7 @@ func (p *Provider) values(kind gaugeKind) []*value {
 	byKey := make(map[string]*value)
 	var out []*value
 	series := func(lvs []string) *value {
-		k := strings.Join(lvs, "\xff")
+		k := strings.Join(lvs, labelSep)
 		v, ok := byKey[k]
 		if !ok {
 			v = &value{labels: lvs}
@@ -575,5 +644,5 @@ func labelKey(pairs []*dto.LabelPair) string {
 	for i, lp := range pairs {
 		vs[i] = lp.GetValue()
 	}
-	return strings.Join(vs, "\xff")
+	return strings.Join(vs, labelSep)
 }

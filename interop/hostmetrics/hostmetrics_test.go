@@ -133,3 +133,66 @@ func scraped(t *testing.T, reg *prometheus.Registry, family string, lvs ...strin
 	t.Fatalf("no series %s%v", family, lvs)
 	return 0
 }
+
+// TestReadyAges: with Host.LabelNames, the Provider reports
+// workqueue_oldest_ready_seconds beside the host's families, labelled by the
+// host's labels and priority: the larger age of the queues with the same
+// labels, a series per priority from the first scrape that finds a key
+// ready at it, at 0 once none is, and past MaxPriorities one series under
+// PriorityOverflow with the largest age. Without LabelNames there is none.
+func TestReadyAges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, reg, _ := fakeHost(t)
+		h.LabelNames = []string{"name", "controller"}
+		p, err := New(h)
+		require.NoError(t, err)
+		store := func() workqueue.Config[int] {
+			return workqueue.Config[int]{Name: "q", Metrics: p, Store: workqueue.NewPriorityStore[int]()}
+		}
+		a, b := workqueue.NewWithConfig(store()), workqueue.NewWithConfig(store())
+		a.AddWithPriority(1, -100)
+		time.Sleep(2 * time.Second)
+		b.AddWithPriority(2, -100)
+		b.AddWithPriority(3, 0)
+		time.Sleep(time.Second)
+		require.Equal(t, 3.0, scraped(t, reg, "workqueue_oldest_ready_seconds", "q", "q", "-100"), "the larger age of the queues of one name")
+		require.Equal(t, 1.0, scraped(t, reg, "workqueue_oldest_ready_seconds", "q", "q", "0"))
+		k, _ := b.Get()
+		b.Done(k)
+		require.Equal(t, 0.0, scraped(t, reg, "workqueue_oldest_ready_seconds", "q", "q", "0"), "the series stays, at 0")
+
+		for i := range MaxPriorities {
+			a.AddWithPriority(10+i, i+1)
+		}
+		time.Sleep(time.Second)
+		require.Equal(t, 4.0, scraped(t, reg, "workqueue_oldest_ready_seconds", "q", "q", PriorityOverflow),
+			"past MaxPriorities, one series with the largest age")
+		a.ShutDown()
+		b.ShutDown()
+		require.Equal(t, 2, p.ages.Len(), "a shut-down queue with keys ready is kept")
+		for a.Len() > 0 {
+			k, _ := a.Get()
+			a.Done(k)
+		}
+		for b.Len() > 0 {
+			k, _ := b.Get()
+			b.Done(k)
+		}
+		require.Equal(t, 0.0, scraped(t, reg, "workqueue_oldest_ready_seconds", "q", "q", PriorityOverflow))
+		require.Zero(t, p.ages.Len(), "and forgotten once it has none")
+
+		// Without LabelNames, the host's families only.
+		h, reg, _ = fakeHost(t)
+		p, err = New(h)
+		require.NoError(t, err)
+		c := workqueue.NewWithConfig(workqueue.Config[int]{Name: "q", Metrics: p})
+		defer c.ShutDown()
+		c.Add(1)
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range fams {
+			require.NotEqual(t, "workqueue_oldest_ready_seconds", f.GetName())
+		}
+		require.Zero(t, p.ages.Len())
+	})
+}

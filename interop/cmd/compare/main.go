@@ -550,7 +550,7 @@ func (rep report) perfMD(table string) string {
 	}
 	sb.WriteString("- `metrics on / off`: ns/op of cycle-metrics ÷ cycle, for each library (no goal: the goals are cycle-metrics against client-go and against the floor with clock reads), " +
 		"and for the floor, whose only metrics work is the three clock reads that exact durations need.\n")
-	sb.WriteString("- `floor/theirs`: the same workload on a floor (bench/floor.go), which does only the work its protocol " +
+	sb.WriteString("- `floor/theirs`: the same workload on a floor (bench/floor.go, and the core module's internal/benchwork for the floors its benchmarks share), which does only the work its protocol " +
 		"cannot avoid and nothing else; no queue can do better on this machine, so a goal below the floor's ratio is out of reach here. " +
 		"addafter-10k has two: `slots` keeps key state in an array reached through an index, `map` in a map of states as ours does. " +
 		"The contention rows' `plain` floor is one sync.Mutex, a map, a slice and a sync.Cond (the floor of the contention goals); their `backoff` floor is the same " +

@@ -24,6 +24,14 @@
 // a PriorityStore (crpriority) by priority, any other at "0", as
 // controller-runtime's priority queue reports keys added without one.
 //
+// Beside those seven, Provider reports ours on metrics.Registry:
+// workqueue_oldest_ready_seconds{name,controller,priority}, how long the key
+// each priority level hands out next has been ready, so that a level
+// starved by higher ones (an initial list at handler.LowPriority behind a
+// stream of events) shows an age that keeps growing. Its name, help and
+// bound on priorities (25 per controller, then "exceeded_cardinality_limit")
+// are the Prometheus adapter's; see package hostmetrics.
+//
 // Counters and histograms go through controller-runtime's own vectors (its
 // 12 exponential buckets from 1e-8 s and native-histogram settings come
 // with them). The three gauges are read from the queue's Stats at scrape
@@ -118,5 +126,7 @@ func setup(reg prometheus.Registerer) (*hostmetrics.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hostmetrics.New(f.Host(reg, func(name string) []string { return []string{name, name} }, true))
+	h := f.Host(reg, func(name string) []string { return []string{name, name} }, true)
+	h.LabelNames = labels // and workqueue_oldest_ready_seconds{name,controller,priority}
+	return hostmetrics.New(h)
 }

@@ -21,6 +21,7 @@ import (
 	clientworkqueue "k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -190,12 +191,17 @@ var deterministic = []string{"workqueue_depth", "workqueue_adds_total", "workque
 // priority="0", buckets, native-histogram settings) with the same values
 // for everything that does not depend on timing, mid-run and at the end;
 // the client-go queue's differ only in depth's priority label, which
-// controller-runtime leaves empty for it.
+// controller-runtime leaves empty for it. Ours have one family more,
+// workqueue_oldest_ready_seconds, from the scrape that found keys ready.
 func TestPlainQueueReportsLikeControllerRuntimesQueues(t *testing.T) {
 	items := []item{{"a", 0}, {"b", 0}, {"c", 0}, {"d", 0}, {"e", 0}}
 	oursMid, oursEnd := run(t, unique("plain-ours"), ourPlainQueue, true, items)
 	crMid, crEnd := run(t, unique("plain-cr"), nil, true, items)
 	cgMid, cgEnd := run(t, unique("plain-clientgo"), nil, false, items)
+
+	require.Contains(t, oursMid, `workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=0}`, "mid-run: keys are ready at priority 0")
+	require.Zero(t, oursEnd[`workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=0}`].Value, "at the end none is, and the series stays at 0")
+	oursMid, oursEnd = scrape.Without(oursMid, scrape.OldestReady), scrape.Without(oursEnd, scrape.OldestReady)
 
 	require.Equal(t, scrape.Shapes(crEnd), scrape.Shapes(oursEnd), "our series must be controller-runtime's priority queue's")
 	require.Equal(t, scrape.Values(crMid, deterministic...), scrape.Values(oursMid, deterministic...), "mid-run values must agree")
@@ -236,6 +242,10 @@ func TestPriorityQueueReportsLikeControllerRuntimesPriorityQueue(t *testing.T) {
 	oursMid, oursEnd := run(t, unique("prio-ours"), ourPriorityQueue, true, items)
 	crMid, crEnd := run(t, unique("prio-cr"), nil, true, items)
 
+	require.Contains(t, oursMid, `workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=0}`)
+	require.Contains(t, oursMid, `workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=-100}`)
+	oursMid, oursEnd = scrape.Without(oursMid, scrape.OldestReady), scrape.Without(oursEnd, scrape.OldestReady)
+
 	require.Equal(t, scrape.Shapes(crEnd), scrape.Shapes(oursEnd), "our series must be controller-runtime's priority queue's")
 	require.Equal(t, scrape.Values(crMid, deterministic...), scrape.Values(oursMid, deterministic...), "mid-run values must agree")
 	require.Equal(t, scrape.Values(crEnd, deterministic...), scrape.Values(oursEnd, deterministic...), "final values must agree")
@@ -269,6 +279,63 @@ func TestSameNameAsClientGoQueue(t *testing.T) {
 	require.Equal(t, 1.0, s[`workqueue_depth{controller=Q,name=Q,priority=0}`].Value, "ours, at priority 0")
 	require.Contains(t, s, `workqueue_longest_running_processor_seconds{controller=Q,name=Q}`)
 	require.Positive(t, s[`workqueue_longest_running_processor_seconds{controller=Q,name=Q}`].Value, "ours is running a key now")
+}
+
+// TestStarvingLevelInTheScrape is what MIGRATING.md's controller-runtime
+// user sees: crpriority with crmetrics.Provider(), an initial list of three
+// keys at handler.LowPriority (-100), and a stream of priority-0 events that
+// the worker always takes first, on synctest's clock. A scrape of
+// metrics.Registry then shows, beside controller-runtime's own families for
+// the controller (depth by priority, adds), how long the -100 level has
+// waited, growing while it is passed over, and the priority-0 level's small
+// age; once the worker gets to the -100 keys their age goes to 0.
+func TestStarvingLevelInTheScrape(t *testing.T) {
+	crmetrics.Provider() // outside the bubble: found once per process
+	synctest.Test(t, func(t *testing.T) {
+		name := unique("starving")
+		q := crpriority.New(strLimiter(), workqueue.Config[string]{Name: name, Metrics: crmetrics.Provider()})
+		defer q.ShutDown()
+		for _, k := range []string{"default/a", "default/b", "default/c"} {
+			q.AddWithOpts(priorityqueue.AddOpts{Priority: new(handler.LowPriority)}, k)
+		}
+		event := func(i int) string { return fmt.Sprintf("default/event-%d", i) }
+		for i := range 10 { // one event a second, each handled at once
+			q.AddWithOpts(priorityqueue.AddOpts{Priority: new(0)}, event(i))
+			time.Sleep(time.Second)
+			k, prio, _ := q.GetWithPriority()
+			require.Equal(t, event(i), k, "priority 0 goes first")
+			require.Zero(t, prio)
+			q.Done(k)
+		}
+		q.AddWithOpts(priorityqueue.AddOpts{Priority: new(0)}, event(10))
+		time.Sleep(time.Second / 2)
+
+		s, err := scrape.Of(metrics.Registry, name)
+		require.NoError(t, err, "a scrape of metrics.Registry must not fail")
+		require.Equal(t, 10.5, s[`workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=-100}`].Value, "the initial list has waited 10.5s")
+		require.Equal(t, 0.5, s[`workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=0}`].Value, "the event, 0.5s")
+		require.Equal(t, "GAUGE", s[`workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=-100}`].Type)
+		require.Contains(t, s[`workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=-100}`].Help, "A value that keeps growing means the priority is not being served.")
+		// Beside controller-runtime's own series of the controller.
+		require.Equal(t, 3.0, s[`workqueue_depth{controller=Q,name=Q,priority=-100}`].Value)
+		require.Equal(t, 1.0, s[`workqueue_depth{controller=Q,name=Q,priority=0}`].Value)
+		require.Equal(t, 14.0, s[`workqueue_adds_total{controller=Q,name=Q}`].Value, "three keys and eleven events")
+		require.Equal(t, 10.0, s[`workqueue_work_duration_seconds{controller=Q,name=Q}`].Value, "ten runs")
+
+		time.Sleep(5 * time.Second)
+		s, err = scrape.Of(metrics.Registry, name)
+		require.NoError(t, err)
+		require.Equal(t, 15.5, s[`workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=-100}`].Value, "and it keeps growing while nothing serves it")
+
+		for range 4 {
+			k, _ := q.Get()
+			q.Done(k)
+		}
+		s, err = scrape.Of(metrics.Registry, name)
+		require.NoError(t, err)
+		require.Zero(t, s[`workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=-100}`].Value, "served: nothing ready at -100")
+		require.Zero(t, s[`workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=0}`].Value)
+	})
 }
 
 // TestProviderIsOnePerProcess checks that every call gives the same
@@ -322,7 +389,10 @@ func work(q clientworkqueue.TypedRateLimitingInterface[string], n int) {
 // Depth by priority: controller-runtime's priority queue makes a priority's
 // series at the first add at it; ours, at the first scrape that finds a key
 // at it (see the crmetrics package doc). The scrape with work queued is
-// that scrape here, so the series line up from then on.
+// that scrape here, so the series line up from then on. Ours also have
+// workqueue_oldest_ready_seconds by priority from that scrape on (3 s: the
+// keys were queued that long before it), which controller-runtime's do not
+// have: it is compared apart, and reads 0 in every later phase.
 func TestSeriesAtIdleAfterWorkAndAfterShutDown(t *testing.T) {
 	crmetrics.Provider() // outside the bubble: found once per process
 	synctest.Test(t, func(t *testing.T) {
@@ -375,10 +445,11 @@ func TestSeriesAtIdleAfterWorkAndAfterShutDown(t *testing.T) {
 		}
 		check := func(phase string, clientgoToo bool) map[string]map[string]scrape.Series {
 			s := scrapeAll()
-			require.Equal(t, s[names.cr], s[names.ours], "%s: our plain queue's series and values must be controller-runtime's priority queue's", phase)
-			require.Equal(t, s[names.crPrio], s[names.oursPrio], "%s: crpriority's series and values must be controller-runtime's priority queue's", phase)
+			ours, oursPrio := scrape.Without(s[names.ours], scrape.OldestReady), scrape.Without(s[names.oursPrio], scrape.OldestReady)
+			require.Equal(t, s[names.cr], ours, "%s: our plain queue's series and values must be controller-runtime's priority queue's", phase)
+			require.Equal(t, s[names.crPrio], oursPrio, "%s: crpriority's series and values must be controller-runtime's priority queue's", phase)
 			if clientgoToo {
-				require.Equal(t, relabel(s[names.clientgo]), s[names.ours], "%s: a client-go queue's differ only in depth's priority label", phase)
+				require.Equal(t, relabel(s[names.clientgo]), ours, "%s: a client-go queue's differ only in depth's priority label", phase)
 			}
 			return s
 		}
@@ -397,8 +468,14 @@ func TestSeriesAtIdleAfterWorkAndAfterShutDown(t *testing.T) {
 				}
 			}
 		}
+		time.Sleep(3 * time.Second)
 		s = check("queued", true)
 		require.Equal(t, 2.0, s[names.oursPrio][`workqueue_depth{controller=Q,name=Q,priority=-100}`].Value)
+		oldest := func(prio string) string {
+			return `workqueue_oldest_ready_seconds{controller=Q,name=Q,priority=` + prio + `}`
+		}
+		require.Equal(t, map[string]float64{oldest("0"): 3}, scrape.Values(s[names.ours], scrape.OldestReady), "queued: our plain queue's keys have been ready 3s")
+		require.Equal(t, map[string]float64{oldest("0"): 3, oldest("-100"): 3}, scrape.Values(s[names.oursPrio], scrape.OldestReady), "queued: crpriority's, at both priorities")
 
 		for name, q := range queues {
 			work(q, len(adds[name]))
@@ -406,7 +483,7 @@ func TestSeriesAtIdleAfterWorkAndAfterShutDown(t *testing.T) {
 		time.Sleep(time.Second)
 		s = check("all work done", true)
 		require.Equal(t, 6.0, s[names.ours][`workqueue_work_duration_seconds{controller=Q,name=Q}`].Value, "four runs and two again")
-		require.Len(t, s[names.oursPrio], 8, "depth at priorities 0 and -100, at 0, and the six others")
+		require.Len(t, s[names.oursPrio], 10, "depth and the ready age at priorities 0 and -100, at 0, and the six others")
 		for name := range queues {
 			zeroGauges("all work done "+name, s[name])
 		}
@@ -421,6 +498,6 @@ func TestSeriesAtIdleAfterWorkAndAfterShutDown(t *testing.T) {
 				zeroGauges(phase+" "+name, s[name])
 			}
 		}
-		require.Len(t, s[names.ours], 7, "every series stays after ShutDown")
+		require.Len(t, s[names.ours], 8, "every series stays after ShutDown")
 	})
 }

@@ -21,6 +21,14 @@
 // do not import it into a controller-runtime binary (use crmetrics there):
 // client-go keeps the first global provider installed.
 //
+// Beside those seven, Provider reports ours in the legacy registry:
+// workqueue_oldest_ready_seconds{name,priority}, how long the key each
+// priority level hands out next has been ready (a plain queue's keys are at
+// priority 0), so that a starved level, or a queue whose workers are
+// stuck, shows an age that keeps growing. Its name, help and bound on
+// priorities are the Prometheus adapter's; see package hostmetrics. It is
+// registered as a plain Prometheus collector, without a stability level.
+//
 // Counters and histograms go through component-base's own vectors (its
 // buckets, stability annotation and label allow-lists come with them). The
 // three gauges are read from the queue's Stats at scrape time, so they are
@@ -128,7 +136,9 @@ func setup() (*hostmetrics.Provider, error) {
 	f.Unfinished.Delete(probe)
 	f.Longest.Delete(probe)
 
-	return hostmetrics.New(f.Host(legacyregistry.Registerer(), func(name string) []string { return []string{name} }, false))
+	h := f.Host(legacyregistry.Registerer(), func(name string) []string { return []string{name} }, false)
+	h.LabelNames = labels // and workqueue_oldest_ready_seconds{name,priority}
+	return hostmetrics.New(h)
 }
 
 // families are component-base's vector types.

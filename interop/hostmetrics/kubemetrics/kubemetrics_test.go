@@ -127,11 +127,16 @@ var deterministic = []string{"workqueue_depth", "workqueue_adds_total", "workque
 // ours, under two names, and compares what the legacy registry shows for
 // each: the same series (names, types, help with its stability level, the
 // name label, buckets) and the same values wherever they do not depend on
-// timing, mid-run and at the end.
+// timing, mid-run and at the end. Ours have one family more,
+// workqueue_oldest_ready_seconds, from the scrape that found keys ready.
 func TestSeriesLikeClientGo(t *testing.T) {
 	o, th := unique("kcm-ours"), unique("kcm-theirs")
 	oursMid, oursEnd := run(t, ours(o), o)
 	theirsMid, theirsEnd := run(t, theirs(th), th)
+
+	require.Contains(t, oursMid, `workqueue_oldest_ready_seconds{name=Q,priority=0}`, "mid-run: keys are ready at priority 0")
+	require.Zero(t, oursEnd[`workqueue_oldest_ready_seconds{name=Q,priority=0}`].Value, "at the end none is, and the series stays at 0")
+	oursMid, oursEnd = scrape.Without(oursMid, scrape.OldestReady), scrape.Without(oursEnd, scrape.OldestReady)
 
 	require.Len(t, theirsEnd, 7, "client-go's seven workqueue series")
 	require.Equal(t, scrape.Shapes(theirsEnd), scrape.Shapes(oursEnd), "our series must be client-go's")
@@ -162,7 +167,8 @@ func TestSameNameAsClientGo(t *testing.T) {
 	_, first := run(t, theirs("deployment"), "deployment")
 	_, second := run(t, ours("deployment"), "deployment")
 
-	require.Equal(t, scrape.Shapes(first), scrape.Shapes(second), "the same series")
+	require.Equal(t, scrape.Shapes(first), scrape.Shapes(scrape.Without(second, scrape.OldestReady)), "the same series, and our ready age")
+	require.Contains(t, second, `workqueue_oldest_ready_seconds{name=Q,priority=0}`)
 	counts := []string{"workqueue_adds_total", "workqueue_retries_total",
 		"workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"}
 	b := scrape.Values(before, counts...)
@@ -171,6 +177,51 @@ func TestSameNameAsClientGo(t *testing.T) {
 		require.Equal(t, v-b[k], second[k].Value-v, "%s: our queue's counts add to client-go's, as much", k)
 	}
 	require.Zero(t, second[`workqueue_depth{name=Q}`].Value)
+}
+
+// TestStarvingLevelInTheScrape: a queue of ours with a priority store
+// (three keys at -100, a stream of priority-0 events that the worker always
+// takes first, on synctest's clock) reports into the legacy registry, beside
+// a client-go queue; the scrape shows, beside component-base's families,
+// how long the -100 level has waited, growing while it is passed over.
+func TestStarvingLevelInTheScrape(t *testing.T) {
+	kubemetrics.Provider() // outside the bubble: its first call makes a client-go queue
+	synctest.Test(t, func(t *testing.T) {
+		name, th := unique("starving"), unique("starving-theirs")
+		c := theirs(th)
+		defer c.ShutDown()
+		c.Add("default/a")
+		q := workqueue.NewWithConfig(workqueue.Config[string]{Name: name, Metrics: kubemetrics.Provider(), Store: workqueue.NewPriorityStore[string]()})
+		defer q.ShutDown()
+		for _, k := range []string{"default/a", "default/b", "default/c"} {
+			q.AddWithPriority(k, -100)
+		}
+		for i := range 10 { // one event a second, each handled at once
+			q.AddWithPriority(fmt.Sprintf("default/event-%d", i), 0)
+			time.Sleep(time.Second)
+			k, _ := q.Get()
+			require.Equal(t, fmt.Sprintf("default/event-%d", i), k, "priority 0 goes first")
+			q.Done(k)
+		}
+		time.Sleep(time.Second / 2)
+
+		s, err := scrape.Of(legacyregistry.DefaultGatherer, name)
+		require.NoError(t, err, "a scrape of the legacy registry must not fail")
+		require.Equal(t, 10.5, s[`workqueue_oldest_ready_seconds{name=Q,priority=-100}`].Value, "the -100 level has waited 10.5s")
+		require.NotContains(t, s, `workqueue_oldest_ready_seconds{name=Q,priority=0}`, "no scrape found a key ready at 0: no series")
+		require.Contains(t, s[`workqueue_oldest_ready_seconds{name=Q,priority=-100}`].Help, "A value that keeps growing means the priority is not being served.")
+		require.Equal(t, 3.0, s[`workqueue_depth{name=Q}`].Value, "component-base's depth, all priorities")
+		require.Equal(t, 13.0, s[`workqueue_adds_total{name=Q}`].Value)
+		cs, err := scrape.Of(legacyregistry.DefaultGatherer, th)
+		require.NoError(t, err)
+		require.Equal(t, 1.0, cs[`workqueue_depth{name=Q}`].Value, "the client-go queue's, in the same registry")
+		require.NotContains(t, cs, `workqueue_oldest_ready_seconds{name=Q,priority=0}`, "which has no ready age")
+
+		time.Sleep(5 * time.Second)
+		s, err = scrape.Of(legacyregistry.DefaultGatherer, name)
+		require.NoError(t, err)
+		require.Equal(t, 15.5, s[`workqueue_oldest_ready_seconds{name=Q,priority=-100}`].Value, "and it keeps growing while nothing serves it")
+	})
 }
 
 // TestNameAloneReportsNothingWithoutRegister is the other half of the

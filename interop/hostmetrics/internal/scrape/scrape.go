@@ -5,6 +5,7 @@ package scrape
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -104,6 +105,23 @@ func Values(ss map[string]Series, families ...string) map[string]float64 {
 			if s.Family == f {
 				out[k] = s.Value
 			}
+		}
+	}
+	return out
+}
+
+// OldestReady is the family our queues report beside the host's, which the
+// host's own queues do not have.
+const OldestReady = "workqueue_oldest_ready_seconds"
+
+// Without returns the series of ss whose family is none of families, by
+// Key: the series a host's own queue has too, once OldestReady is left
+// out.
+func Without(ss map[string]Series, families ...string) map[string]Series {
+	out := make(map[string]Series, len(ss))
+	for k, s := range ss {
+		if !slices.Contains(families, s.Family) {
+			out[k] = s
 		}
 	}
 	return out
