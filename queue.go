@@ -300,6 +300,42 @@ func (q *Queue[T]) pushEntry(item T, prio int) {
 	q.store.Push(item)
 }
 
+// Waits and wake-ups. Two kinds of goroutine wait on cond, each in a loop
+// over its own condition, and each also until its context ends
+// (wakeWhenDone broadcasts then):
+//
+//   - a getter (Get, GetContext) while no key is available and keepsWaiting
+//     holds: the queue is not shut down, or it is, its store holds keys
+//     back, and keys are still ready (held; their tenant's Done lets them
+//     through);
+//   - a drainer (drain, in shutdown.go) while a key is processing or, for
+//     ShutDownWithDrainAll, ready, unless a ShutDown interrupted it.
+//
+// The rule: every transition that can make a waiter's condition false
+// wakes every waiter it may end, at the place where it happens. The
+// transitions, and who wakes whom:
+//
+//   - a key becomes available (Add, an AddAfter or Debounce deadline
+//     passing, ShutDown flushing the debounced keys, Done of a key added
+//     again while it was processing): enqueue wakes one getter (wake, or
+//     wakeHeld for a store that holds keys back);
+//   - a tenant's cap lifts (Done of one of its keys): wakeHeld, one getter
+//     for each key let through;
+//   - the last ready key leaves a shut-down queue whose store holds keys
+//     back (a Get takes it, or Remove cancels it): endHeldWaits wakes every
+//     getter, since each must now report shutdown;
+//   - the queue shuts down (the first ShutDown or drain): shutDownLocked
+//     wakes every waiter; a ShutDown while drains wait wakes every waiter,
+//     which interrupts the drains;
+//   - no key is processing any more (Done), or none is ready while none is
+//     processing (Remove): wakeDrainers wakes every drainer.
+//
+// Nothing else can end a wait: taking a key or reaching a cap only makes
+// fewer keys available, and Add and AddAfter do nothing after ShutDown. A
+// queue without a Store never holds keys back, so its getters stop
+// waiting at ShutDown and only the first kind of transition wakes them
+// before it: its Add, Get and Done pay for no other.
+
 // wake owes one waiting getter a wake-up for a key just made ready, unless
 // every waiting getter is owed one already. q.mu must be held, and released
 // with unlock, which pays what is owed.
@@ -337,6 +373,18 @@ func (q *Queue[T]) wakeHeld(n int) {
 	}
 	for range n {
 		q.wake()
+	}
+}
+
+// endHeldWaits wakes every getter once the last ready key has left a
+// shut-down queue whose store holds keys back: a getter there may wait for
+// a held key after ShutDown, and with no key left it must report shutdown
+// instead. The key's leaving frees no tenant (it was not running), so no
+// Done would wake the getter later. q.mu must be held, and the queue must
+// have a heldStore.
+func (q *Queue[T]) endHeldWaits() {
+	if q.shuttingDown && q.getters > 0 && q.ready() == 0 {
+		q.cond.Broadcast()
 	}
 }
 
@@ -555,6 +603,7 @@ func (q *Queue[T]) take() (item T, prio int, waited time.Duration) {
 		t.takeAt(p)
 		if q.held != nil {
 			q.held.handedOut(item)
+			q.endHeldWaits() // it may have been the last ready key
 		}
 	}
 	if t.timed {
