@@ -185,6 +185,9 @@ func runWakeCase(t *testing.T, c wakeCase, drain string, withCtx bool) {
 	case "ShutDownWithDrainAll":
 		go func() { drained <- q.ShutDownWithDrainAll(context.Background()) }()
 	}
+	// The drainer waits first, so that a Signal meant for a getter would
+	// find it: a wake-up must reach the getters with a drainer in line.
+	synctest.Wait()
 	ch := startWaiters(q, len(c.want), withCtx)
 	synctest.Wait()
 	require.Empty(t, ch, "before the transition every getter waits")
