@@ -10,9 +10,10 @@
 // The files follow the state table: this file builds a queue (config.go
 // holds its Config) and has the transitions of Add, Get and Done; delay.go
 // those of AddAfter and of a deadline that passes, debounce.go debounced
-// Adds, remove.go Remove, shutdown.go ShutDown and the drains. Each
-// transition of a key's flags is a method of the one key table every
-// configuration uses (key_state.go, ordered_table.go).
+// Adds, remove.go Remove, shutdown.go ShutDown and the drains;
+// dirty_set.go marks a key dirty. Each transition of a key's flags is a
+// method of the one key table every configuration uses (key_state.go,
+// dirty_set.go, ordered_table.go).
 package workqueue
 
 import (
@@ -196,71 +197,6 @@ func (q *Queue[T]) addLocked(item T, prio int) {
 	if added && q.metrics != nil {
 		q.metrics.Added()
 	}
-}
-
-// markDirty gives item a run due now, at priority prio: the Add column of
-// the state table, and the "deadline passes" one when fired is set (the
-// timer, or ShutDown for a debounced key, has just popped the key's live
-// deadline entry). Absent becomes ready, waiting becomes ready (keeping the
-// higher priority), processing becomes processing+dirty, and a key already
-// due stays so, its priority merged upwards. h, slot and pos are what
-// q.tab.find returned for item. It reports whether the key became dirty (an
-// "add" for metrics). q.mu must be held.
-func (q *Queue[T]) markDirty(item T, prio int, h uint32, slot, pos int, fired bool) bool {
-	t := &q.tab
-	if pos < 0 {
-		p := t.insert(item, h, slot, prio)
-		if t.timed {
-			t.at[p] = q.now() // queue latency counts from here
-		}
-		q.dirty++
-		q.enqueue(item, prio)
-		return true
-	}
-	if t.isDue(pos) {
-		// Already due: ready, or processing+dirty. Only the priority
-		// may merge upwards; a ready key that no PriorityStore moved is
-		// a duplicate add, which a Store hears about as Touch.
-		if !q.raise(item, pos, prio) && !t.isProcessing(pos) {
-			q.touch(item)
-		}
-		return false
-	}
-	var since int64 // when the key was first asked for, if not now
-	debounced := false
-	if t.isWaiting(pos) {
-		// The run due now replaces the one at the deadline, keeping the
-		// higher priority. Unless the timer popped it, the deadline
-		// entry stays behind, stale.
-		prio = max(prio, t.prioAt(pos))
-		t.endWait(pos)
-		q.waiting--
-		if !fired {
-			q.delay.stale++
-			q.sweepDelay()
-		}
-		since, debounced = q.unbounce(pos)
-	}
-	if t.timed && !debounced {
-		// Queue latency counts from when the key became due, or, for
-		// a debounced key, from the first Add of its burst.
-		since = q.now()
-	}
-	q.dirty++
-	t.setPrio(pos, prio) // not ready, so in no level
-	if t.isProcessing(pos) {
-		t.dirtyAfterRun(pos)
-		if t.timed {
-			q.procs.dirtied(item, since) // at[pos] is the run's start
-		}
-		return true
-	}
-	p := t.promote(slot, pos)
-	if t.timed {
-		t.at[p] = since
-	}
-	q.enqueue(item, prio)
-	return true
 }
 
 // raise gives the dirty key at pos the priority prio if that is higher
