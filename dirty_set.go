@@ -18,8 +18,8 @@ package workqueue
 //     (cancelRerun), and takes a ready key out of the table (remove.go).
 //
 // The flag sits in the same table entry as the key's other flags, so that
-// Add, Get and Done each find a key with one hash: a set of its own, as
-// client-go keeps, would cost one more lookup on each of them.
+// one lookup finds a key's whole state: a set of its own, as client-go
+// keeps, would cost Add, Get and Done another lookup each.
 
 // markDirty gives item a run due now, at priority prio: the Add column of
 // the state table, and the "deadline passes" one when fired is set (the
