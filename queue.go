@@ -266,11 +266,11 @@ func (q *Queue[T]) pushEntry(item T, prio int) {
 //   - no key is processing any more (Done), or none is ready while none is
 //     processing (Remove): wakeDrainers wakes every drainer.
 //
-// Nothing else can end a wait: taking a key or reaching a cap only makes
-// fewer keys available, and Add and AddAfter do nothing after ShutDown. A
-// queue without a Store never holds keys back, so its getters stop
-// waiting at ShutDown and only the first kind of transition wakes them
-// before it: its Add, Get and Done pay for no other.
+// Nothing else can end a wait: reaching a cap, or taking a key that is not
+// the last ready one, only makes fewer keys available; Add and AddAfter do
+// nothing after ShutDown. A queue without a Store never holds keys back, so
+// its getters stop waiting at ShutDown, and before it only a key made
+// available wakes them: its Add, Get and Done pay for no other wake-up.
 
 // wake owes one waiting getter a wake-up for a key just made ready, unless
 // every waiting getter is owed one already. q.mu must be held, and released
