@@ -267,8 +267,9 @@ func (q *Queue[T]) pushEntry(item T, prio int) {
 //     processing (Remove): wakeDrainers wakes every drainer.
 //
 // Nothing else can end a wait: reaching a cap, or taking a key that is not
-// the last ready one, only makes fewer keys available; Add and AddAfter do
-// nothing after ShutDown. A queue without a Store never holds keys back, so
+// the last ready one, only makes fewer keys available; a raise or a Touch
+// moves a ready key within the store without changing which keys are
+// available; Add and AddAfter do nothing after ShutDown. A queue without a Store never holds keys back, so
 // its getters stop waiting at ShutDown, and before it only a key made
 // available wakes them: its Add, Get and Done pay for no other wake-up.
 
