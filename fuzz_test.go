@@ -941,8 +941,10 @@ func fuzzFair(t *testing.T, ops []byte, cancelled context.Context) {
 					for _, q := range g.qs {
 						q.Done(k)
 					}
+					// A waiting getter may take what this Done let
+					// through before the next Done changes the order.
+					settle()
 				}
-				settle()
 				if len(g.m.processing()) > 0 {
 					continue // a getter that waited took a key
 				}
