@@ -353,12 +353,17 @@ func (s *fairPriorityStore[T]) remove(item T) {
 	s.index.del(item)
 }
 
-// fronts calls yield, for each level with available keys (in no particular
-// order), with its priority and the key its round hands out next, until
-// yield returns false. An overdue key (MaxWait) may be handed out first.
+// fronts calls yield, for each lane (in no particular order), with its
+// priority and its front key, until yield returns false. Every lane is
+// visited, those of tenants at their cap too: their keys are ready and
+// wait, and a level whose every lane is held must still show its age. A
+// lane's front is its oldest key, the first to have entered the level
+// among the tenant's keys there; the key the level's round hands out next
+// is one of the fronts, but with turns not always the oldest of them.
+// O(lanes): one per tenant and priority with keys.
 func (s *fairPriorityStore[T]) fronts(yield func(prio int, item T) bool) {
-	for _, lv := range s.heap {
-		if !yield(lv.prio, lv.front.fifo.peek().item) {
+	for _, ln := range s.lanes.m {
+		if !yield(ln.level.prio, ln.fifo.peek().item) {
 			return
 		}
 	}

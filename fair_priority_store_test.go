@@ -1,6 +1,7 @@
 package workqueue
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -217,23 +218,20 @@ func TestFairPriorityStoreTouch(t *testing.T) {
 func TestFairPriorityStoreFronts(t *testing.T) {
 	t.Parallel()
 	s := newTestFP(FairPriority[string]{Tenant: letterTenant, MaxInFlight: 1})
-	fronts := func() map[int]string {
-		m := map[int]string{}
-		s.fronts(func(p int, item string) bool { m[p] = item; return true })
-		return m
-	}
-	require.Empty(t, fronts(), "an empty store has no fronts")
+	require.Empty(t, frontsOf(s), "an empty store has no fronts")
 	for _, k := range []string{"a1", "b1", "a2"} {
 		s.Push(k)
 	}
 	s.PushPriority("c1", 4)
 	s.PushPriority("a3", 7)
-	require.Equal(t, map[int]string{0: "a1", 4: "c1", 7: "a3"}, fronts())
+	require.Equal(t, []string{"0:a1", "0:b1", "4:c1", "7:a3"}, frontsOf(s), "the oldest key of each tenant's FIFO at each level")
 	require.Equal(t, "a3", s.Pop())
-	s.handedOut("a3") // a at its cap: level 0 now starts with b
-	require.Equal(t, map[int]string{0: "b1", 4: "c1"}, fronts(), "a held tenant is no level's next key")
+	s.handedOut("a3") // a at its cap: its keys wait
+	require.Equal(t, []string{"0:a1", "0:b1", "4:c1"}, frontsOf(s), "a held tenant's FIFO still has its front: its keys wait")
 	s.remove("c1")
-	require.Equal(t, map[int]string{0: "b1"}, fronts())
+	require.Equal(t, []string{"0:a1", "0:b1"}, frontsOf(s))
+	s.remove("b1")
+	require.Equal(t, []string{"0:a1"}, frontsOf(s), "a level whose every tenant is held has its front")
 	n := 0
 	s.PushPriority("c2", 9)
 	s.fronts(func(int, string) bool { n++; return false })
@@ -773,16 +771,27 @@ func (m *fpModel) finished(item int) int {
 	return n
 }
 
-// fronts is, per level with available keys, the oldest key of the tenant
-// at the front of its round.
-func (m *fpModel) fronts() map[int]int {
-	f := map[int]int{}
-	for p, r := range m.rounds {
-		if len(r) > 0 {
-			i := slices.IndexFunc(m.keys, func(k fpModelKey) bool { return k.tenant == r[0] && k.prio == p })
-			f[p] = m.keys[i].item
+// fronts is the front (oldest key) of every lane, held tenants' included,
+// as "prio:item", sorted.
+func (m *fpModel) fronts() []string {
+	seen := map[string]bool{}
+	var f []string
+	for _, k := range m.keys { // oldest first
+		lane := fmt.Sprint(k.prio, "/", k.tenant)
+		if !seen[lane] {
+			seen[lane] = true
+			f = append(f, fmt.Sprint(k.prio, ":", k.item))
 		}
 	}
+	slices.Sort(f)
+	return f
+}
+
+// frontsOf is what s.fronts yields, as fpModel.fronts has it.
+func frontsOf[T comparable](s *fairPriorityStore[T]) []string {
+	var f []string
+	s.fronts(func(p int, item T) bool { f = append(f, fmt.Sprint(p, ":", item)); return true })
+	slices.Sort(f)
 	return f
 }
 
@@ -896,9 +905,7 @@ func FuzzFairPriorityStore(f *testing.F) {
 				}
 				require.Equal(t, len(m.keys), s.Len(), "op %d: Len", i/3)
 				require.Equal(t, m.available(), s.available(), "op %d: available", i/3)
-				fronts := map[int]int{}
-				s.fronts(func(p, item int) bool { fronts[p] = item; return true })
-				require.Equal(t, m.fronts(), fronts, "op %d: fronts", i/3)
+				require.Equal(t, m.fronts(), frontsOf(s), "op %d: fronts", i/3)
 				checkFairPriorityStore(t, s)
 			}
 			for len(running) > 0 || len(m.keys) > 0 {

@@ -168,6 +168,11 @@ func FuzzQueue(f *testing.F) {
 		{0x03, 0x0f, 0x00, 0x00, 0x08, 0x10, 0x18, 0x02, 0x26, 0x06, 0x04}, // Done of absent keys, GetContext
 		{0x00, 0x02, 0x00, 0x04, 0x02, 0x00, 0x04, 0x02, 0x04, 0x27, 0x02},
 		{0x00, 0x08, 0x01, 0x00, 0x02, 0x02}, // Remove of a ready key, Add again
+		// With a cap: x/b held while x/a runs, ShutDown, a Get waits
+		// for x/b, Remove x/b must end it; then two waiting getters,
+		// of which the one that does not get x/b must end.
+		{0x00, 0x08, 0x02, 0x05, 0x02, 0x09, 0x03},
+		{0x00, 0x08, 0x02, 0x05, 0x02, 0x06, 0x03},
 		[]byte("the quick brown fox jumps over the lazy dog"),
 	} {
 		f.Add(seed)
@@ -650,6 +655,11 @@ func fairWeight(t string) int {
 // fairPriorities are AddWithPriority's priorities in the fuzzing.
 var fairPriorities = [...]int{0, -100, 10, 5}
 
+// maxParked bounds the getters that wait at once in each queue of the
+// fair queues' fuzzing: two, so that one taking the last key must end the
+// other's wait.
+const maxParked = 2
+
 // fuzzFair drives queues built with NewFairPriorityStore (tenants,
 // weights, MaxWait, MaxInFlight; and with neither tenants nor a bound, as
 // NewPriorityStore, beside the built-in priority store) against refFair,
@@ -661,6 +671,11 @@ func fuzzFair(t *testing.T, ops []byte, cancelled context.Context) {
 		type group struct {
 			m  *refFair
 			qs []*workqueue.Queue[string]
+			// parked counts the getters that wait in each queue of
+			// the group (the model said Get would wait), and got has,
+			// per queue, what they returned.
+			parked int
+			got    []chan getResult[string]
 		}
 		fair := func(cfg workqueue.FairPriority[string]) *workqueue.Queue[string] {
 			return workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewFairPriorityStore(cfg)})
@@ -674,25 +689,85 @@ func fuzzFair(t *testing.T, ops []byte, cancelled context.Context) {
 		both.MaxInFlight = 2
 		var groups []group
 		for _, cfg := range []workqueue.FairPriority[string]{tenants, bounded, capped, both} {
-			groups = append(groups, group{newRefFair(cfg), []*workqueue.Queue[string]{fair(cfg)}})
+			groups = append(groups, group{m: newRefFair(cfg), qs: []*workqueue.Queue[string]{fair(cfg)}})
 		}
 		groups[3].qs = append(groups[3].qs, workqueue.NewWithConfig(workqueue.Config[string]{
 			Name: "fuzz", Metrics: &countingMetrics{}, Store: workqueue.NewFairPriorityStore(both),
 		}))
-		groups = append(groups, group{newRefFair(workqueue.FairPriority[string]{}), []*workqueue.Queue[string]{
+		groups = append(groups, group{m: newRefFair(workqueue.FairPriority[string]{}), qs: []*workqueue.Queue[string]{
 			fair(workqueue.FairPriority[string]{}),
 			workqueue.NewWithConfig(workqueue.Config[string]{Store: workqueue.NewPriorityStore[string]()}),
 		}})
+
+		for gi := range groups {
+			for range groups[gi].qs {
+				groups[gi].got = append(groups[gi].got, make(chan getResult[string], maxParked))
+			}
+		}
 
 		var trace []string
 		fail := func(format string, args ...any) {
 			t.Helper()
 			t.Fatalf("after %v: %s", trace, fmt.Sprintf(format, args...))
 		}
+		// park starts, in each queue of g, a getter that waits, as the
+		// model said it would: what ends its wait is checked by settle.
+		park := func(g *group, withCtx bool) {
+			g.parked++
+			for i, q := range g.qs {
+				go func() {
+					if withCtx {
+						k, err := q.GetContext(context.Background())
+						g.got[i] <- getResult[string]{k, errors.Is(err, workqueue.ErrShutDown)}
+						return
+					}
+					k, _, shutdown := q.GetWithPriority()
+					g.got[i] <- getResult[string]{k, shutdown}
+				}()
+			}
+		}
+		// settle lets the parked getters run, and checks that exactly
+		// those that the model says no longer wait have returned, with
+		// what the model hands them: a key, or shutdown once no key is
+		// left that Get could take (also the last held one, removed).
+		settle := func() {
+			if !slices.ContainsFunc(groups, func(g group) bool { return g.parked > 0 }) {
+				return
+			}
+			synctest.Wait()
+			for gi := range groups {
+				g := &groups[gi]
+				var want []string
+				for g.parked > 0 {
+					k, _, shutdown, ok := g.m.get()
+					if !ok {
+						break
+					}
+					g.parked--
+					want = append(want, fmt.Sprint(getResult[string]{k, shutdown}))
+				}
+				slices.Sort(want)
+				for i := range g.qs {
+					var got []string
+					for len(g.got[i]) > 0 {
+						got = append(got, fmt.Sprint(<-g.got[i]))
+					}
+					slices.Sort(got)
+					if !slices.Equal(got, want) {
+						fail("group %d queue %d: waiting getters returned %v; model %v (%d still wait)", gi, i, got, want, g.parked)
+					}
+				}
+			}
+		}
 		get := func(withCtx bool) {
-			for gi, g := range groups {
+			for gi := range groups {
+				g := &groups[gi]
 				k, prio, shutdown, ok := g.m.get()
 				if !ok {
+					if g.parked < maxParked {
+						trace = append(trace, fmt.Sprintf("(group %d waits)", gi))
+						park(g, withCtx)
+					}
 					continue
 				}
 				for i, q := range g.qs {
@@ -828,6 +903,7 @@ func fuzzFair(t *testing.T, ops []byte, cancelled context.Context) {
 					}
 				}
 			}
+			settle()
 			for gi, g := range groups {
 				want := g.m.stats()
 				for i, q := range g.qs {
@@ -852,6 +928,7 @@ func fuzzFair(t *testing.T, ops []byte, cancelled context.Context) {
 		// the drain returns, and every queue ends empty.
 		trace = append(trace, "ShutDown, drain")
 		shutDown()
+		settle()
 		for gi, g := range groups {
 			drained := make([]chan error, len(g.qs))
 			for i, q := range g.qs {
@@ -864,6 +941,12 @@ func fuzzFair(t *testing.T, ops []byte, cancelled context.Context) {
 					for _, q := range g.qs {
 						q.Done(k)
 					}
+					// A waiting getter may take what this Done let
+					// through before the next Done changes the order.
+					settle()
+				}
+				if len(g.m.processing()) > 0 {
+					continue // a getter that waited took a key
 				}
 				k, prio, shutdown, ok := g.m.get()
 				if !ok {

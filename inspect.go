@@ -109,7 +109,9 @@ type KeyInfo[T comparable] struct {
 	// Priority is the priority of the key's pending run (ready, waiting,
 	// or due again at Done): the highest that AddWithPriority or
 	// AddAfterWithPriority asked for, 0 for plain Add. A processing key
-	// with no pending run has 0.
+	// with no pending run (KeyProcessing) has 0, whatever the priority of
+	// the run in progress (GetWithPriority returned that), with every
+	// Store.
 	Priority int
 	// Due is when a waiting key's run is due (KeyWaiting and
 	// KeyProcessingWaiting); zero otherwise.
@@ -359,9 +361,16 @@ func (q *Queue[T]) soonest(part []KeyInfo[T]) []KeyInfo[T] {
 }
 
 // info returns what a snapshot says of k, whose table entry is st, before
-// the times are converted.
+// the times are converted. A processing key with no pending run reports
+// priority 0: its prio column still holds the last priority set for it,
+// which is its run's, or that of a re-run that Remove cancelled, or of a
+// deadline that ShutDown dropped, so it names no run of the key.
 func info[T comparable](k T, st keyState) KeyInfo[T] {
-	return KeyInfo[T]{Key: k, State: stateOf(st.flags), Priority: int(st.prio)}
+	ki := KeyInfo[T]{Key: k, State: stateOf(st.flags)}
+	if st.flags != fProcessing {
+		ki.Priority = int(st.prio)
+	}
+	return ki
 }
 
 // keep offers k (table entry st, ordered by ord then seq) to part, a

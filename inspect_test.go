@@ -617,3 +617,46 @@ func TestInspectSkipsGhosts(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectPriorityOfARun checks KeyInfo.Priority of a processing key
+// with every kind of store: the pending run's priority while it has one
+// (added again while processing), and 0 once it has none, whatever the
+// priority of the run in progress or of a re-run Remove cancelled.
+func TestInspectPriorityOfARun(t *testing.T) {
+	for _, sc := range []struct {
+		name  string
+		store func() workqueue.Store[string]
+	}{
+		{"default", func() workqueue.Store[string] { return nil }},
+		{"fifo", workqueue.NewFIFOStore[string]},
+		{"priority", func() workqueue.Store[string] { return workqueue.NewPriorityStore[string]() }},
+		{"fairpriority", func() workqueue.Store[string] {
+			return workqueue.NewFairPriorityStore(workqueue.FairPriority[string]{Tenant: tenantOf, MaxInFlight: 1})
+		}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			q := workqueue.NewWithConfig(workqueue.Config[string]{Store: sc.store()})
+			q.AddWithPriority("a/1", 5)
+			k, prio, _ := q.GetWithPriority()
+			require.Equal(t, "a/1", k)
+			if sc.name != "default" && sc.name != "fifo" {
+				require.Equal(t, 5, prio)
+			}
+			priorityOf := func() int {
+				infos := q.Inspect(10)
+				require.Len(t, infos, 1)
+				return infos[0].Priority
+			}
+			require.Zero(t, priorityOf(), "a processing key with no pending run has priority 0, whatever its run's")
+			q.AddWithPriority("a/1", 7)
+			require.Equal(t, 7, priorityOf(), "added again while processing: the pending run's priority")
+			require.True(t, q.Remove("a/1"))
+			require.Zero(t, priorityOf(), "the re-run removed: no pending run, priority 0")
+			q.AddAfterWithPriority("a/1", time.Hour, 3)
+			require.Equal(t, 3, priorityOf(), "a run at a deadline: its priority")
+			q.ShutDown()
+			require.Zero(t, priorityOf(), "ShutDown dropped the deadline: no pending run, priority 0")
+			q.Done("a/1")
+		})
+	}
+}

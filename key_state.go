@@ -20,12 +20,13 @@ package workqueue
 // dirty and waiting are never both set: a key has at most one pending run.
 //
 // Every change of a key's flags is a method of the key table, one per cell
-// of the state table: those that only change flags are below; those that
-// also move the key's entry are in ordered_table.go (insert and insertAs:
-// absent becomes ready or waiting; take and takeAt: Get; promote: a run
-// becomes due for a key that waited or was processing; remove: the key
-// leaves). The queue calls them and keeps its counts; nothing else writes a
-// flag.
+// of the state table: those of the dirty flag, with the predicates that
+// read it and the queue's markDirty, are in dirty_set.go; the others that
+// only change flags are below; those that also move the key's entry are in
+// ordered_table.go (insert and insertAs: absent becomes ready or waiting;
+// take and takeAt: Get; promote: a run becomes due for a key that waited
+// or was processing; remove: the key leaves). The queue calls them and
+// keeps its counts; nothing else writes a flag.
 
 const (
 	fDirty      uint8 = 1 << iota // a run is due now: ready, or due again at Done
@@ -66,10 +67,6 @@ type keyState struct {
 	gen uint16
 }
 
-// isDue reports whether the key at p has a run due now: it is ready, or
-// processing+dirty.
-func (t *orderedTable[T]) isDue(p int) bool { return t.flags[p]&fDirty != 0 }
-
 // isWaiting reports whether the key at p has a run at a deadline: it is
 // waiting, or processing+waiting.
 func (t *orderedTable[T]) isWaiting(p int) bool { return t.flags[p]&fWaiting != 0 }
@@ -78,18 +75,9 @@ func (t *orderedTable[T]) isWaiting(p int) bool { return t.flags[p]&fWaiting != 
 // was not called yet.
 func (t *orderedTable[T]) isProcessing(p int) bool { return t.flags[p]&fProcessing != 0 }
 
-// isReady reports whether the key at p is ready: due now and not
-// processing.
-func (t *orderedTable[T]) isReady(p int) bool { return t.flags[p] == fDirty }
-
 // isGhost reports whether the entry at p is only the count of a key's
 // ghosts (fGhost): the key itself is absent.
 func (t *orderedTable[T]) isGhost(p int) bool { return t.flags[p] == fGhost }
-
-// dirtyAfterRun gives the processing key at p, which has no pending run, a
-// run due at its Done: processing becomes processing+dirty (Add, or the
-// deadline of processing+waiting passing once endWait has cleared it).
-func (t *orderedTable[T]) dirtyAfterRun(p int) { t.flags[p] |= fDirty }
 
 // waitAfterRun gives the processing key at p, which has no pending run, a
 // run at a deadline: processing becomes processing+waiting (AddAfter). The
@@ -104,10 +92,6 @@ func (t *orderedTable[T]) endWait(p int) { t.flags[p] &^= fWaiting }
 // keepWaiting ends the run of the processing+waiting key at p: Done leaves
 // it waiting for its deadline.
 func (t *orderedTable[T]) keepWaiting(p int) { t.flags[p] = fWaiting }
-
-// cancelRerun cancels the run that the processing+dirty key at p has due
-// at its Done: it becomes processing (Remove).
-func (t *orderedTable[T]) cancelRerun(p int) { t.flags[p] &^= fDirty }
 
 // cancelWait cancels the run at a deadline of the key at pos (in slot):
 // waiting becomes absent, processing+waiting becomes processing (Remove,

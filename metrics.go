@@ -49,10 +49,11 @@ type PriorityMetricsProvider interface {
 }
 
 // ReadyAgeMetricsProvider is a MetricsProvider that also reports, for each
-// priority level of a queue, how long the key that level hands out next has
-// been ready: a level that Get does not serve (behind higher priorities, or
-// behind a tenant at its cap) shows an age that keeps growing, so a
-// starving level is visible on a dashboard before anyone asks. When a
+// priority level of a queue, how long its oldest key by arrival (the oldest
+// at the front of its FIFOs: see Queue.ReadyAges) has been ready: a level
+// that Get does not serve (behind higher priorities, a tenant whose turn
+// does not come, or a tenant at its cap) shows an age that keeps growing,
+// so a starving level is visible on a dashboard before anyone asks. When a
 // queue's provider implements it, NewWithConfig calls
 // NewReadyAgeQueueMetrics instead of NewQueueMetrics and
 // NewPriorityQueueMetrics; a provider that does not is called as before.
@@ -66,7 +67,8 @@ type ReadyAgeMetricsProvider interface {
 	// larger where m already holds one for the priority (so the queues of
 	// one name combine in one map). Like stats both are safe to call from
 	// any goroutine at any time, take the queue's lock briefly and
-	// compute their answer then, readyAges in O(priority levels); Add,
+	// compute their answer then, readyAges in O(priority levels) (O(tenants'
+	// FIFOs) with NewFairPriorityStore); Add,
 	// Get and Done do nothing for them. Call them when scraped.
 	NewReadyAgeQueueMetrics(name string, stats func() Stats, byPriority func(m map[int]int), readyAges func(m map[int]time.Duration)) QueueMetrics
 }
@@ -172,3 +174,24 @@ func metricsFor(name string, m MetricsProvider) MetricsProvider {
 	}
 	return nil
 }
+
+// MeasureOnly is a MetricsProvider that exports nothing: a queue given it
+// (as Config.Metrics, with a Config.Name, or as the default through
+// SetDefaultMetricsProvider) keeps the times its metrics would, so that
+// what reads them works without a metrics library: Queue.ReadyAges (the
+// age of each priority level, also of one held back by a tenant's cap),
+// Stats' UnfinishedWork and LongestRunning, Inspect's Started and the
+// debug page's ages. It costs what metrics cost a queue (clock reads on
+// Add, Get and Done) and no more. The zero value is ready to use.
+type MeasureOnly struct{}
+
+// NewQueueMetrics returns a QueueMetrics that records nothing.
+func (MeasureOnly) NewQueueMetrics(string, func() Stats) QueueMetrics { return measureOnly{} }
+
+type measureOnly struct{}
+
+func (measureOnly) Added()               {}
+func (measureOnly) Retried()             {}
+func (measureOnly) Waited(time.Duration) {}
+func (measureOnly) Worked(time.Duration) {}
+func (measureOnly) ShutDown()            {}

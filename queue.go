@@ -10,9 +10,10 @@
 // The files follow the state table: this file builds a queue (config.go
 // holds its Config) and has the transitions of Add, Get and Done; delay.go
 // those of AddAfter and of a deadline that passes, debounce.go debounced
-// Adds, remove.go Remove, shutdown.go ShutDown and the drains. Each
-// transition of a key's flags is a method of the one key table every
-// configuration uses (key_state.go, ordered_table.go).
+// Adds, remove.go Remove, shutdown.go ShutDown and the drains;
+// dirty_set.go marks a key dirty. Each transition of a key's flags is a
+// method of the one key table every configuration uses (key_state.go,
+// dirty_set.go, ordered_table.go).
 package workqueue
 
 import (
@@ -198,71 +199,6 @@ func (q *Queue[T]) addLocked(item T, prio int) {
 	}
 }
 
-// markDirty gives item a run due now, at priority prio: the Add column of
-// the state table, and the "deadline passes" one when fired is set (the
-// timer, or ShutDown for a debounced key, has just popped the key's live
-// deadline entry). Absent becomes ready, waiting becomes ready (keeping the
-// higher priority), processing becomes processing+dirty, and a key already
-// due stays so, its priority merged upwards. h, slot and pos are what
-// q.tab.find returned for item. It reports whether the key became dirty (an
-// "add" for metrics). q.mu must be held.
-func (q *Queue[T]) markDirty(item T, prio int, h uint32, slot, pos int, fired bool) bool {
-	t := &q.tab
-	if pos < 0 {
-		p := t.insert(item, h, slot, prio)
-		if t.timed {
-			t.at[p] = q.now() // queue latency counts from here
-		}
-		q.dirty++
-		q.enqueue(item, prio)
-		return true
-	}
-	if t.isDue(pos) {
-		// Already due: ready, or processing+dirty. Only the priority
-		// may merge upwards; a ready key that no PriorityStore moved is
-		// a duplicate add, which a Store hears about as Touch.
-		if !q.raise(item, pos, prio) && !t.isProcessing(pos) {
-			q.touch(item)
-		}
-		return false
-	}
-	var since int64 // when the key was first asked for, if not now
-	debounced := false
-	if t.isWaiting(pos) {
-		// The run due now replaces the one at the deadline, keeping the
-		// higher priority. Unless the timer popped it, the deadline
-		// entry stays behind, stale.
-		prio = max(prio, t.prioAt(pos))
-		t.endWait(pos)
-		q.waiting--
-		if !fired {
-			q.delay.stale++
-			q.sweepDelay()
-		}
-		since, debounced = q.unbounce(pos)
-	}
-	if t.timed && !debounced {
-		// Queue latency counts from when the key became due, or, for
-		// a debounced key, from the first Add of its burst.
-		since = q.now()
-	}
-	q.dirty++
-	t.setPrio(pos, prio) // not ready, so in no level
-	if t.isProcessing(pos) {
-		t.dirtyAfterRun(pos)
-		if t.timed {
-			q.procs.dirtied(item, since) // at[pos] is the run's start
-		}
-		return true
-	}
-	p := t.promote(slot, pos)
-	if t.timed {
-		t.at[p] = since
-	}
-	q.enqueue(item, prio)
-	return true
-}
-
 // raise gives the dirty key at pos the priority prio if that is higher
 // than its own, and reports whether it moved it in a PriorityStore given
 // as Config.Store (the levels of the table move it themselves). q.mu must
@@ -299,6 +235,43 @@ func (q *Queue[T]) pushEntry(item T, prio int) {
 	}
 	q.store.Push(item)
 }
+
+// Waits and wake-ups. Two kinds of goroutine wait on cond, each in a loop
+// over its own condition, and each also until its context ends
+// (wakeWhenDone broadcasts then):
+//
+//   - a getter (Get, GetContext) while no key is available and keepsWaiting
+//     holds: the queue is not shut down, or it is, its store holds keys
+//     back, and keys are still ready (held; their tenant's Done lets them
+//     through);
+//   - a drainer (drain, in shutdown.go) while a key is processing or, for
+//     ShutDownWithDrainAll, ready, unless a ShutDown interrupted it.
+//
+// The rule: every transition that can make a waiter's condition false
+// wakes every waiter it may end, at the place where it happens. The
+// transitions, and who wakes whom:
+//
+//   - a key becomes available (Add, an AddAfter or Debounce deadline
+//     passing, ShutDown flushing the debounced keys, Done of a key added
+//     again while it was processing): enqueue wakes one getter (wake, or
+//     wakeHeld for a store that holds keys back);
+//   - a tenant's cap lifts (Done of one of its keys): wakeHeld, one getter
+//     for each key let through;
+//   - the last ready key leaves a shut-down queue whose store holds keys
+//     back (a Get takes it, or Remove cancels it): endHeldWaits wakes every
+//     getter, since each must now report shutdown;
+//   - the queue shuts down (the first ShutDown or drain): shutDownLocked
+//     wakes every waiter; a ShutDown while drains wait wakes every waiter,
+//     which interrupts the drains;
+//   - no key is processing any more (Done), or none is ready while none is
+//     processing (Remove): wakeDrainers wakes every drainer.
+//
+// Nothing else can end a wait: reaching a cap, or taking a key that is not
+// the last ready one, only makes fewer keys available; a raise or a Touch
+// moves a ready key within the store without changing which keys are
+// available; Add and AddAfter do nothing after ShutDown. A queue without a Store never holds keys back, so
+// its getters stop waiting at ShutDown, and before it only a key made
+// available wakes them: its Add, Get and Done pay for no other wake-up.
 
 // wake owes one waiting getter a wake-up for a key just made ready, unless
 // every waiting getter is owed one already. q.mu must be held, and released
@@ -337,6 +310,18 @@ func (q *Queue[T]) wakeHeld(n int) {
 	}
 	for range n {
 		q.wake()
+	}
+}
+
+// endHeldWaits wakes every getter once the last ready key has left a
+// shut-down queue whose store holds keys back: a getter there may wait for
+// a held key after ShutDown, and with no key left it must report shutdown
+// instead. The key's leaving frees no tenant (it was not running), so no
+// Done would wake the getter later. q.mu must be held, and the queue must
+// have a heldStore.
+func (q *Queue[T]) endHeldWaits() {
+	if q.shuttingDown && q.getters > 0 && q.ready() == 0 {
+		q.cond.Broadcast()
 	}
 }
 
@@ -555,6 +540,7 @@ func (q *Queue[T]) take() (item T, prio int, waited time.Duration) {
 		t.takeAt(p)
 		if q.held != nil {
 			q.held.handedOut(item)
+			q.endHeldWaits() // it may have been the last ready key
 		}
 	}
 	if t.timed {

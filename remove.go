@@ -89,6 +89,7 @@ func (q *Queue[T]) Remove(item T) bool {
 			switch {
 			case q.held != nil:
 				q.held.remove(item) // a store that can remove leaves no ghost
+				q.endHeldWaits()    // it may have been the last ready key
 			case q.store != nil:
 				q.leaveGhost(pos) // the entry stays, as fGhost
 			}

@@ -495,3 +495,39 @@ func TestRemoveAddKeepsStoreContract(t *testing.T) {
 		q.ShutDown()
 	})
 }
+
+// TestRemoveThenAddOrder checks where a key removed while ready and added
+// again goes, store by store, as docs/protocol.md says: to the tail where
+// the key is cut out (no Store, NewPriorityStore, NewFairPriorityStore),
+// and to its ghost's place where the store cannot cut it out
+// (NewFIFOStore, NewFairStore).
+func TestRemoveThenAddOrder(t *testing.T) {
+	for _, sc := range []struct {
+		name  string
+		store workqueue.Store[string]
+		want  []string
+	}{
+		{"default", nil, []string{"b", "c", "a"}},
+		{"priority", workqueue.NewPriorityStore[string](), []string{"b", "c", "a"}},
+		{"fairpriority", workqueue.NewFairPriorityStore(workqueue.FairPriority[string]{}), []string{"b", "c", "a"}},
+		{"fairpriority+cap", workqueue.NewFairPriorityStore(workqueue.FairPriority[string]{Tenant: func(string) string { return "" }, MaxInFlight: 5}), []string{"b", "c", "a"}},
+		{"fifo", workqueue.NewFIFOStore[string](), []string{"a", "b", "c"}},
+		{"fair", workqueue.NewFairStore(func(string) string { return "" }), []string{"a", "b", "c"}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			q := workqueue.NewWithConfig(workqueue.Config[string]{Store: sc.store})
+			for _, k := range []string{"a", "b", "c"} {
+				q.Add(k)
+			}
+			require.True(t, q.Remove("a"))
+			q.Add("a")
+			var got []string
+			for range 3 {
+				k, _ := q.Get()
+				got = append(got, k)
+			}
+			require.Equal(t, sc.want, got)
+			q.ShutDown()
+		})
+	}
+}

@@ -127,7 +127,10 @@ func (q *Queue[T]) ShutDownWithDrainAll(ctx context.Context) error {
 }
 
 // drain is the ShutDownWithDrain* family: it waits until no key is
-// processing and, if all, none is ready.
+// processing and, if all, none is ready. Every transition that can end
+// its wait wakes it (the rule and its list are above wake, in queue.go):
+// Done of the last processing key and Remove (wakeDrainers), a ShutDown
+// (which interrupts it), and the end of ctx.
 func (q *Queue[T]) drain(ctx context.Context, all bool) error {
 	q.lock()
 	// Shutting down and starting to wait happen under one hold of the

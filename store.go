@@ -76,9 +76,11 @@ type heldStore[T comparable] interface {
 	remove(item T)
 }
 
-// frontStore reports, for each priority level that has ready keys, the key
-// that level would hand out next: the queue reads that key's dirty time from
-// its table for the oldest-ready-age gauge. yield returns false to stop.
+// frontStore reports the front key of each FIFO the store keeps (for the
+// fair priority store, one per tenant and priority level with ready keys,
+// those held back by a cap included), with the FIFO's priority: the queue
+// reads each key's ready time from its table and keeps, per level, the
+// oldest, for the ready-age gauge. yield returns false to stop.
 type frontStore[T comparable] interface {
 	fronts(yield func(prio int, item T) bool)
 }

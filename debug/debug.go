@@ -155,9 +155,11 @@ type QueueView struct {
 	Name  string `json:"name"`
 	Stats Stats  `json:"stats"`
 	// ReadyAges holds, for each priority level with a ready key, highest
-	// first, how long the key the level hands out next has been ready.
+	// first, how long the level's oldest key by arrival has been ready,
+	// also while a tenant's cap holds the level's keys back.
 	// ReadyAgesMeasured reports whether the queue measures it: only with
-	// metrics, and a FIFO, NewPriorityStore or NewFairPriorityStore (see
+	// metrics (workqueue.MeasureOnly will do), and a FIFO,
+	// NewPriorityStore or NewFairPriorityStore (see
 	// workqueue.Queue.ReadyAges). Read just after Stats, under a second
 	// brief lock of the queue.
 	ReadyAges         []ReadyAge `json:"readyAges"`
@@ -409,11 +411,11 @@ td.key { font-family: ui-monospace, Menlo, Consolas, monospace; max-width: 48em;
 <tr><td class="num">{{.Stats.Ready}}</td><td class="num">{{.Stats.Waiting}}</td><td class="num">{{.Stats.Processing}}</td><td class="num">{{.Stats.Dirty}}</td><td class="num">{{printf "%.3fs" .Stats.LongestRunningSeconds}}</td><td class="num">{{printf "%.3fs" .Stats.UnfinishedWorkSeconds}}</td></tr>
 </table>
 
-<h3>Ready, by priority: how long the next key has waited</h3>
+<h3>Ready, by priority: how long the oldest key has waited</h3>
 {{if .ReadyAges}}<table class="ages">
-<tr><th>priority</th><th>next key ready for</th></tr>
+<tr><th>priority</th><th>oldest key ready for</th></tr>
 {{range .ReadyAges}}<tr><td class="num prio">{{.Priority}}</td><td class="num age">{{.Age}}</td></tr>
-{{end}}</table>{{else if .ReadyAgesMeasured}}<p class="none">no key is ready</p>{{else}}<p class="none">not measured: the queue needs metrics, and a FIFO or priority store</p>{{end}}
+{{end}}</table>{{else if .ReadyAgesMeasured}}<p class="none">no key is ready</p>{{else}}<p class="none">not measured: the queue needs metrics (a Name and a MetricsProvider; workqueue.MeasureOnly{} keeps the times without exporting them), and a FIFO or priority store</p>{{end}}
 
 <h3>Processing, oldest first</h3>
 {{if .Processing}}<table class="processing">

@@ -184,7 +184,7 @@ func TestReadyAges(t *testing.T) {
 		p := h.Snapshot(0)
 		require.True(t, p.Queues[0].ReadyAgesMeasured)
 		require.Equal(t, []debug.ReadyAge{{Priority: 0, AgeSeconds: 1}, {Priority: -100, AgeSeconds: 91}}, p.Queues[0].ReadyAges,
-			"each level's next key, highest priority first")
+			"each level's oldest key, highest priority first")
 		require.False(t, p.Queues[1].ReadyAgesMeasured, "a queue without metrics keeps no times")
 		require.Empty(t, p.Queues[1].ReadyAges)
 
@@ -200,6 +200,33 @@ func TestReadyAges(t *testing.T) {
 		q.Done(k)
 		_, body = get(t, h, "/debug/workqueue")
 		require.Contains(t, body, "no key is ready", "measured, and empty")
+		q.ShutDown()
+	})
+}
+
+// TestReadyAgesHeldByCap checks that the page shows the age of a level
+// whose keys all wait behind a tenant's MaxInFlight cap, with no provider
+// but workqueue.MeasureOnly.
+func TestReadyAgesHeldByCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tenant := func(k string) string { return k[:1] }
+		q := workqueue.NewWithConfig(workqueue.Config[string]{
+			Name: "q", Metrics: workqueue.MeasureOnly{},
+			Store: workqueue.NewFairPriorityStore(workqueue.FairPriority[string]{Tenant: tenant, MaxInFlight: 1}),
+		})
+		q.AddWithPriority("a1", -100)
+		q.AddWithPriority("a2", -100)
+		k, _ := q.Get()
+		require.Equal(t, "a1", k)
+		time.Sleep(time.Minute)
+		h := debug.NewHandler(debug.Options{}, debug.Queue("q", q, nil))
+		p := h.Snapshot(0)
+		require.True(t, p.Queues[0].ReadyAgesMeasured, "MeasureOnly keeps the times")
+		require.Equal(t, []debug.ReadyAge{{Priority: -100, AgeSeconds: 60}}, p.Queues[0].ReadyAges,
+			"a2 waits behind a's cap: its level shows its age")
+		_, body := get(t, h, "/debug/workqueue")
+		require.Equal(t, []string{"1m0s"}, column(body, "ages", "age"))
+		q.Done("a1")
 		q.ShutDown()
 	})
 }
