@@ -18,7 +18,7 @@
 //	workqueue.longest_running_processor  async Gauge          s       age of the oldest key being processed
 //	workqueue.retries                    async Counter        {item}  AddAfter calls (so every AddRateLimited)
 //	workqueue.delayed_items              async UpDownCounter  {item}  keys waiting for an AddAfter deadline
-//	workqueue.oldest_ready               async Gauge          s       per priority: how long the key Get hands out next at that priority has been ready
+//	workqueue.oldest_ready               async Gauge          s       per priority: how long the oldest ready key at that priority has been ready
 //
 // Every measurement has one attribute, name, set to Config.Name;
 // workqueue.oldest_ready has a second, priority (PriorityKey), bounded as
@@ -272,7 +272,7 @@ func NewProvider(mp metric.MeterProvider) (*Provider, error) {
 	}
 	if p.oldestReady, err = m.Float64ObservableGauge(OldestReadyName,
 		metric.WithUnit("s"),
-		metric.WithDescription("How long the item that the workqueue hands out next at each priority has been waiting. A value that keeps growing means the priority is not being served.")); err != nil {
+		metric.WithDescription("How long the oldest ready item at each priority of the workqueue has been waiting, also behind a tenant's cap. A value that keeps growing means the priority is not being served.")); err != nil {
 		return nil, fail(OldestReadyName, err)
 	}
 	if p.reg, err = m.RegisterCallback(p.observe,

@@ -12,7 +12,7 @@
 //	workqueue_longest_running_processor_seconds  gauge      age of the oldest key being processed
 //	workqueue_retries_total                      counter    AddAfter calls (so every AddRateLimited)
 //	workqueue_delayed_items                      gauge      keys waiting for an AddAfter deadline
-//	workqueue_oldest_ready_seconds               gauge      per priority: how long the key Get hands out next at that priority has been ready
+//	workqueue_oldest_ready_seconds               gauge      per priority: how long the oldest ready key at that priority has been ready
 //
 // Every metric has one label, name, set to Config.Name. Both histograms use
 // the buckets 1e-8, 1e-7, …, 10 seconds (ExponentialBuckets(10e-9, 10, 10)).

@@ -7,8 +7,8 @@ package metricsbook
 // Its labels are the provider's labels of a queue, then PriorityLabel.
 const (
 	OldestReadyName = "workqueue_oldest_ready_seconds"
-	OldestReadyHelp = "How many seconds the item that workqueue hands out next at each " +
-		"priority has been waiting. A value that keeps growing means " +
+	OldestReadyHelp = "How many seconds the oldest ready item at each priority of the " +
+		"workqueue has been waiting, also behind a tenant's cap. A value that keeps growing means " +
 		"the priority is not being served."
 	PriorityLabel = "priority"
 )

@@ -25,8 +25,8 @@
 // controller-runtime's priority queue reports keys added without one.
 //
 // Beside those seven, Provider reports ours on metrics.Registry:
-// workqueue_oldest_ready_seconds{name,controller,priority}, how long the key
-// each priority level hands out next has been ready, so that a level
+// workqueue_oldest_ready_seconds{name,controller,priority}, how long the
+// oldest ready key of each priority level has been ready, so that a level
 // starved by higher ones (an initial list at handler.LowPriority behind a
 // stream of events) shows an age that keeps growing. Its name, help and
 // bound on priorities (25 per controller, then "exceeded_cardinality_limit")

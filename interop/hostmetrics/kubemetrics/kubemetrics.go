@@ -22,8 +22,8 @@
 // client-go keeps the first global provider installed.
 //
 // Beside those seven, Provider reports ours in the legacy registry:
-// workqueue_oldest_ready_seconds{name,priority}, how long the key each
-// priority level hands out next has been ready (a plain queue's keys are at
+// workqueue_oldest_ready_seconds{name,priority}, how long the oldest
+// ready key of each priority level has been ready (a plain queue's keys are at
 // priority 0), so that a starved level, or a queue whose workers are
 // stuck, shows an age that keeps growing. Its name, help and bound on
 // priorities are the Prometheus adapter's; see package hostmetrics. It is
