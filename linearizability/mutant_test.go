@@ -44,7 +44,7 @@ var mutants = []mutant{
 		// in the window finds it due and returns, yet Len and Get do
 		// not see it.
 		name: "dirty-window",
-		file: "queue.go",
+		file: "dirty_set.go",
 		old: `		q.dirty++
 		q.enqueue(item, prio)
 		return true`,
