@@ -3,9 +3,20 @@
 // client-go's queues (TypedRateLimitingQueueConfig.Clock,
 // TypedDelayingQueueConfig.Clock) hands the same clock to ours, and a test
 // that steps a k8s.io/utils/clock/testing.FakeClock past a delay gets the
-// key as it does from client-go's queue:
+// key as it does from client-go's queue. Where a controller built
+// client-go's queue with TypedRateLimitingQueueConfig[string]{Name: "job",
+// Clock: c}, it builds ours so:
 //
-//	workqueue.NewRateLimitingQueueWithConfig(rl, workqueue.Config[string]{Name: "job", Clock: kubeclock.New(clock)})
+//	import (
+//		"github.com/go-coalesce/workqueue"
+//		"github.com/go-coalesce/workqueue/interop/kubeclock"
+//		"k8s.io/utils/clock"
+//	)
+//
+//	func newQueue(c clock.WithTicker) *workqueue.RateLimitingQueue[string] {
+//		return workqueue.NewRateLimitingQueueWithConfig(workqueue.DefaultControllerRateLimiter[string](),
+//			workqueue.Config[string]{Name: "job", Clock: kubeclock.New(c)})
+//	}
 package kubeclock
 
 import (
