@@ -38,4 +38,12 @@ type Config[T comparable] struct {
 	// value keeps client-go's rule: Get hands out the ready keys after
 	// ShutDown and reports shutdown once none is left.
 	GetStopsAtShutDown bool
+	// Clock is the queue's source of time: AddAfter, AddRateLimited,
+	// Debounce, a FairPriorityStore's MaxWait, and the ages and latencies
+	// of metrics, Inspect and MostRequeued follow it, so that a test that
+	// steps a fake clock past a delay gets the key as soon as the clock's
+	// timer has fired (see Clock). Nil means the wall clock, read through
+	// package time directly: a queue without a Clock pays nothing for
+	// the option.
+	Clock Clock
 }

@@ -141,7 +141,7 @@ func (q *Queue[T]) arm(now int64) {
 			ds.clear() // only stale entries are left
 		}
 		if ds.timerSet {
-			ds.timer.Stop()
+			ds.stopTimer()
 			ds.timerSet = false
 		}
 		return
@@ -151,7 +151,15 @@ func (q *Queue[T]) arm(now int64) {
 		return
 	}
 	d := time.Duration(when - now)
-	if ds.timer == nil {
+	if q.clk != nil {
+		// A Clock's timer is armed anew each time: Reset is not part of
+		// Clock, and the one it replaces is stopped first, so that at
+		// most one is pending.
+		if ds.ctimer != nil {
+			ds.ctimer.Stop()
+		}
+		ds.ctimer = q.clk.AfterFunc(d, q.fire)
+	} else if ds.timer == nil {
 		// AfterFunc rather than a goroutine with a timer channel: nothing
 		// runs until the deadline, and nothing at all once it is stopped.
 		ds.timer = time.AfterFunc(d, q.fire)
@@ -233,8 +241,19 @@ type delayState[T comparable] struct {
 	stale   int               // entries whose key no longer waits for them
 
 	timer    *time.Timer // nil until the first AddAfter with d > 0
+	ctimer   Timer       // the timer instead, under Config.Clock
 	armed    int64       // the deadline timer is set for, if timerSet
 	timerSet bool
+}
+
+// stopTimer stops whichever timer is armed.
+func (ds *delayState[T]) stopTimer() {
+	if ds.ctimer != nil {
+		ds.ctimer.Stop()
+		ds.ctimer = nil
+		return
+	}
+	ds.timer.Stop()
 }
 
 // len counts entries, stale ones included.

@@ -136,6 +136,7 @@ type fairPriorityStore[T comparable] struct {
 	maxWait     time.Duration
 	maxInFlight int
 	epoch       time.Time // origin of fpEntry.at; MaxWait only
+	clk         Clock     // the queue's Config.Clock; nil: package time
 
 	index   shrinkingMap[T, fpSlot[T]]         // every key in the store
 	lanes   shrinkingMap[laneKey, *fpLane[T]]  // every lane
@@ -211,6 +212,22 @@ func NewFairPriorityStore[T comparable](cfg FairPriority[T]) PriorityStore[T] {
 	return s
 }
 
+// useClock makes MaxWait follow the queue's Config.Clock: the queue calls
+// it before it pushes any key, so every entry's time is on that clock.
+func (s *fairPriorityStore[T]) useClock(c Clock) {
+	if s.maxWait > 0 {
+		s.clk, s.epoch = c, c.Now()
+	}
+}
+
+// since is the time since the store's epoch, on its clock; MaxWait only.
+func (s *fairPriorityStore[T]) since() time.Duration {
+	if s.clk != nil {
+		return s.clk.Since(s.epoch)
+	}
+	return time.Since(s.epoch)
+}
+
 // Push adds item, which is not in the store, at priority 0.
 func (s *fairPriorityStore[T]) Push(item T) { s.PushPriority(item, 0) }
 
@@ -247,7 +264,7 @@ func (s *fairPriorityStore[T]) Raise(item T, priority int) {
 func (s *fairPriorityStore[T]) Pop() T {
 	var ln *fpLane[T]
 	if s.maxWait > 0 {
-		if w := s.wait[0]; time.Since(s.epoch)-w.fifo.peek().at > s.maxWait {
+		if w := s.wait[0]; s.since()-w.fifo.peek().at > s.maxWait {
 			ln = w // overdue: out of turn
 		}
 	}
@@ -402,7 +419,7 @@ func (s *fairPriorityStore[T]) add(ln *fpLane[T], item T) {
 	s.seq++
 	e := fpEntry[T]{item: item, seq: s.seq}
 	if s.maxWait > 0 {
-		e.at = time.Since(s.epoch)
+		e.at = s.since()
 	}
 	first := ln.fifo.Len() == 0
 	s.index.put(item, fpSlot[T]{lane: ln, pos: ln.off + uint64(ln.fifo.Len())})
@@ -649,5 +666,6 @@ func (s *fairPriorityStore[T]) waitRemove(i int) {
 // The queue finds the hooks by type assertion; these keep them in place.
 var (
 	_ heldStore[int]  = (*fairPriorityStore[int])(nil)
+	_ clockedStore    = (*fairPriorityStore[int])(nil)
 	_ frontStore[int] = (*fairPriorityStore[int])(nil)
 )

@@ -98,6 +98,8 @@ type Queue[T comparable] struct {
 	// clock is the queue's time origin; times are kept as nanoseconds since
 	// it (monotonic). Set when first needed.
 	clock time.Time
+	// clk is Config.Clock: nil reads package time directly.
+	clk Clock
 
 	procs processingSet[T]
 }
@@ -117,6 +119,10 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		quiet:    int64(cfg.Debounce.Quiet),
 		maxWait:  int64(cfg.Debounce.MaxWait),
 		stopGets: cfg.GetStopsAtShutDown,
+		clk:      cfg.Clock,
+	}
+	if q.clk != nil {
+		q.clock = q.clk.Now()
 	}
 	q.tab.bounced = q.quiet > 0
 	if _, ok := cfg.Store.(*priorityStore[T]); ok {
@@ -129,6 +135,9 @@ func NewWithConfig[T comparable](cfg Config[T]) *Queue[T] {
 		q.prio, _ = cfg.Store.(PriorityStore[T])
 		q.held, _ = cfg.Store.(heldStore[T])
 		q.tab.storeOrder = true
+		if c, ok := cfg.Store.(clockedStore); ok && cfg.Clock != nil {
+			c.useClock(cfg.Clock)
+		}
 	}
 	if mp := metricsFor(cfg.Name, cfg.Metrics); mp != nil {
 		q.metrics = q.newMetrics(cfg.Name, mp)
@@ -396,10 +405,19 @@ func (q *Queue[T]) keepsWaiting() bool {
 
 // now returns the queue clock in nanoseconds. q.mu must be held.
 func (q *Queue[T]) now() int64 {
+	if q.clk != nil {
+		return q.clockNow()
+	}
 	if q.clock.IsZero() {
 		q.clock = time.Now()
 	}
 	return int64(time.Since(q.clock))
+}
+
+// clockNow is now under Config.Clock, whose origin NewWithConfig set (a
+// fake clock may well start at the zero time). q.mu must be held.
+func (q *Queue[T]) clockNow() int64 {
+	return int64(q.clk.Since(q.clock))
 }
 
 // wakeWhenDone makes the end of ctx wake every waiter on cond, so that a

@@ -4,13 +4,15 @@ package workqueue
 
 // client-go's names, backed by the core. Each declaration says how it maps;
 // where client-go has a knob the core lacks, the constructor panics rather
-// than ignore it, so a test can never pass on a setting it did not get.
+// than ignore it, so a test can never pass on a setting it did not get. A
+// Clock goes to core.Config.Clock through interop/kubeclock.
 
 import (
 	"fmt"
 	"time"
 
 	core "github.com/go-coalesce/workqueue"
+	"github.com/go-coalesce/workqueue/interop/kubeclock"
 	"k8s.io/utils/clock"
 )
 
@@ -67,8 +69,7 @@ func DefaultQueue[T comparable]() Queue[T] { return core.NewFIFOStore[T]() }
 // reports through core.MetricsProvider, a different shape, so code that
 // sets client-go's provider does not compile against this package rather
 // than lose its metrics in silence. Name goes to core.Config.Name; Queue
-// to core.Config.Store; Clock must be nil or read the real time functions
-// (see doc.go).
+// to core.Config.Store; Clock to core.Config.Clock (see doc.go).
 type TypedQueueConfig[T comparable] struct {
 	Name  string
 	Clock clock.WithTicker
@@ -89,8 +90,7 @@ func NewWithConfig(config QueueConfig) *Type { return NewTypedWithConfig(config)
 
 // NewTypedWithConfig makes a queue from config.
 func NewTypedWithConfig[T comparable](config TypedQueueConfig[T]) *Typed[T] {
-	checkClock(config.Clock)
-	q := core.NewWithConfig(core.Config[T]{Name: config.Name, Store: config.Queue})
+	q := core.NewWithConfig(core.Config[T]{Name: config.Name, Store: config.Queue, Clock: coreClock(config.Clock)})
 	track(config.Clock, q.ShutDown)
 	return q
 }
@@ -123,7 +123,6 @@ func NewDelayingQueueWithConfig(config DelayingQueueConfig) DelayingInterface {
 
 // NewTypedDelayingQueueWithConfig makes a delaying queue from config.
 func NewTypedDelayingQueueWithConfig[T comparable](config TypedDelayingQueueConfig[T]) TypedDelayingInterface[T] {
-	checkClock(config.Clock)
 	switch q := config.Queue.(type) {
 	case nil:
 	case *core.Queue[T]:
@@ -131,7 +130,7 @@ func NewTypedDelayingQueueWithConfig[T comparable](config TypedDelayingQueueConf
 	default:
 		panic(fmt.Sprintf("workqueue: the core cannot add delays to a %T: give a queue made by this package, or none", q))
 	}
-	q := core.NewWithConfig(core.Config[T]{Name: config.Name})
+	q := core.NewWithConfig(core.Config[T]{Name: config.Name, Clock: coreClock(config.Clock)})
 	track(config.Clock, q.ShutDown)
 	return q
 }
@@ -168,11 +167,10 @@ func NewRateLimitingQueueWithConfig(rateLimiter RateLimiter, config RateLimiting
 // NewTypedRateLimitingQueueWithConfig makes a rate-limiting queue from
 // config.
 func NewTypedRateLimitingQueueWithConfig[T comparable](rateLimiter TypedRateLimiter[T], config TypedRateLimitingQueueConfig[T]) TypedRateLimitingInterface[T] {
-	checkClock(config.Clock)
 	if config.DelayingQueue != nil {
 		panic("workqueue: the core's rate-limiting queue owns its queue: DelayingQueue must be nil")
 	}
-	q := core.NewRateLimitingQueueWithConfig(rateLimiter, core.Config[T]{Name: config.Name})
+	q := core.NewRateLimitingQueueWithConfig(rateLimiter, core.Config[T]{Name: config.Name, Clock: coreClock(config.Clock)})
 	track(config.Clock, q.ShutDown)
 	return q
 }
@@ -256,12 +254,11 @@ func NewTypedWithMaxWaitRateLimiter[T comparable](limiter TypedRateLimiter[T], m
 	return core.NewWithMaxWaitRateLimiter(limiter, maxDelay)
 }
 
-// checkClock panics unless c is nil or reads the time functions the core
-// reads (see doc.go): the core cannot follow any other clock.
-func checkClock(c clock.WithTicker) {
-	switch c.(type) {
-	case nil, clock.RealClock, *clock.RealClock, realTimeClock:
-		return
+// coreClock is c as the core's Clock: nil (package time) for a clock that
+// reads the real time functions (see doc.go), else kubeclock's adapter.
+func coreClock(c clock.WithTicker) core.Clock {
+	if _, ok := c.(realTimeClock); ok {
+		return nil
 	}
-	panic(fmt.Sprintf("workqueue: the core reads time itself and cannot follow a %T: run the test in a testing/synctest bubble, with a clock that reads the real time functions", c))
+	return kubeclock.New(c)
 }

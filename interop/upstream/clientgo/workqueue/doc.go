@@ -14,14 +14,13 @@
 // how to run them.
 //
 // Time: client-go's tests inject a fake clock (k8s.io/utils/clock/testing).
-// The core has no clock to inject: it reads time.Now and its timers
-// directly. The delaying tests therefore run inside a testing/synctest
-// bubble, where those functions are the bubble's fake clock, and are given
-// a clock (harness_test.go) that reads the real time functions and whose
-// Step sleeps in the bubble. Both variants get that same clock, so client-go
-// runs on the bubble's time too. The core's constructors here accept only
-// such a clock (or none) and panic on any other: a fake clock they could not
-// obey would make a test pass or fail for the wrong reason.
+// The constructors here give any clock to the core (Config.Clock, through
+// interop/kubeclock); one that reads the real time functions is the core's
+// own time and is given as nil. The delaying tests run inside a
+// testing/synctest bubble, where those functions are the bubble's fake
+// clock, and are given a clock (harness_test.go) that reads the real time
+// functions and whose Step sleeps in the bubble. Both variants get that
+// same clock, so client-go runs on the bubble's time too.
 package workqueue
 
 import (
