@@ -87,9 +87,8 @@ func (t *Tracker) Enter(replica, key string, s Shard) {
 	if t.inflight == nil {
 		t.inflight = map[run]Shard{}
 	}
-	now := time.Now().Format("15:04:05.000")
 	if s != (Shard{}) && !s.valid() {
-		t.violations = append(t.violations, fmt.Sprintf("%s: %s entered %s in shard %v, which is no shard", now, replica, key, s))
+		t.violations = append(t.violations, fmt.Sprintf("%s: %s entered %s in shard %v, which is no shard", stamp(), replica, key, s))
 	}
 	var clash []string
 	for r, rs := range t.inflight {
@@ -104,7 +103,7 @@ func (t *Tracker) Enter(replica, key string, s Shard) {
 	}
 	if len(clash) > 0 {
 		slices.Sort(clash) // map order would make the message differ from run to run
-		t.violations = append(t.violations, fmt.Sprintf("%s: %s entered %s (shard %v) while %v", now, replica, key, s, clash))
+		t.violations = append(t.violations, fmt.Sprintf("%s: %s entered %s (shard %v) while %v", stamp(), replica, key, s, clash))
 	}
 	t.inflight[run{replica, key}] = s
 	t.runs++
@@ -119,11 +118,15 @@ func (t *Tracker) Exit(replica, key string) {
 	defer t.mu.Unlock()
 	r := run{replica, key}
 	if _, ok := t.inflight[r]; !ok {
-		t.violations = append(t.violations, fmt.Sprintf("%s: %s left %s, which it was not running", time.Now().Format("15:04:05.000"), replica, key))
+		t.violations = append(t.violations, fmt.Sprintf("%s: %s left %s, which it was not running", stamp(), replica, key))
 		return
 	}
 	delete(t.inflight, r)
 }
+
+// stamp returns the time of day to the millisecond, for a violation's
+// message (a synctest bubble's clock inside one).
+func stamp() string { return time.Now().Format("15:04:05.000") }
 
 // Violations returns the violations recorded so far, in order.
 func (t *Tracker) Violations() []string {
