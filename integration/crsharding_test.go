@@ -157,8 +157,8 @@ func (g *crRing) start(id string) {
 		Wrap: func(inner reconcile.Reconciler) reconcile.Reconciler {
 			return reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 				key := crsharding.Key(req)
-				g.track.enter(id, key)
-				defer g.track.exit(id, key)
+				g.track.Enter(id, key, shardOf(m.sh.Replica(), crShards, key))
+				defer g.track.Exit(id, key)
 				g.checkRun(ctx, m, cached, req)
 				res, err := inner.Reconcile(ctx, req)
 				if !g.busy.Load() {

@@ -288,8 +288,8 @@ func (g *proofRing) start(id string) {
 		}
 	})
 	handle := func(ctx context.Context, key string) error {
-		g.track.enter(id, key)
-		defer g.track.exit(id, key)
+		g.track.Enter(id, key, shardOf(r, proofShards, key))
+		defer g.track.Exit(id, key)
 		obj, exists, err := store.GetByKey(key)
 		if err != nil {
 			return err
@@ -546,8 +546,8 @@ func (g *proofRing) check() {
 	}
 }
 
-// proofTracker is tracker (sharding_test.go: invariant 1 at every
-// handler's entry and exit, failures, runs) with the reconciler's name and
+// proofTracker is tracker (sharding_test.go: the exclusion oracle,
+// failures) with the reconciler's name and
 // the version it saw, and the keys handed to a reconciler while absent
 // from its cache. tracker's mutex protects the fields below too.
 type proofTracker struct {
@@ -596,5 +596,5 @@ func (tr *proofTracker) notReconciledBy(want map[string]string, holder func(key 
 func (tr *proofTracker) report() (runs int, violations, absent, failures []string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	return tr.runs, slices.Clone(tr.violations), slices.Clone(tr.absents), slices.Clone(tr.failures)
+	return tr.Runs(), tr.Violations(), slices.Clone(tr.absents), slices.Clone(tr.failures)
 }
