@@ -26,7 +26,7 @@ import (
 // under 64 shards; that is the measurement, run with
 // SHARDING_SCALE=1 (or -proof.objects=20000). CI runs 2,000, the same
 // scenarios and checks on a tenth of the objects, to fit its time budget
-// on two shared cores under -race: 31 or 32 objects in every shard, still
+// on two shared cores under -race: 30 to 32 objects in every shard, still
 // four pages of 500 in every list of the whole set (the client-filtered
 // fallback's), and the size at which the proof caught a replica admitting
 // a gained shard before its cache had it.
