@@ -370,7 +370,7 @@ func (g *crRing) check() {
 		t.Errorf("%s", f)
 	}
 	if len(violations) > 0 {
-		t.Errorf("a key was reconciled by two managers at once, %d times; the first ones:\n%v", len(violations), violations[:min(len(violations), 10)])
+		t.Errorf("two managers reconciled one key, or keys of overlapping hash ranges, at once, %d times; the first ones:\n%v", len(violations), violations[:min(len(violations), 10)])
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

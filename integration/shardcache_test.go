@@ -82,7 +82,8 @@ const (
 // whole data set, as a controller's watch on another resource hands it
 // owners' keys: Handler must run only those it owns. The test fails on:
 //
-//   - any key run on two replicas at once (invariant 1);
+//   - any key run on two replicas at once, or keys of overlapping hash
+//     ranges (invariant 1, the exclusion oracle);
 //   - any key handed to a handler whose object is absent from the
 //     replica's cache while it exists on the server (nothing in the data
 //     set is ever deleted, and the server is asked to be sure): a replica
@@ -549,7 +550,7 @@ func (g *proofRing) check() {
 		t.Errorf("the ring's background work failed: %s", f)
 	}
 	if len(violations) > 0 {
-		t.Errorf("invariant 1: a key's handler ran on two replicas at once, %d times; the first ones:\n%s",
+		t.Errorf("invariant 1: two replicas ran one key, or keys of overlapping hash ranges, at once, %d times; the first ones:\n%s",
 			len(violations), strings.Join(violations[:min(len(violations), 10)], "\n"))
 	}
 	if len(absent) > 0 {

@@ -438,7 +438,7 @@ func (g *ring) check() {
 		t.Errorf("the ring's background work failed: %s", f)
 	}
 	if len(violations) > 0 {
-		t.Errorf("invariant 1: a key's handler ran on two replicas at once, %d times; the first ones:\n%s",
+		t.Errorf("invariant 1: two replicas ran one key, or keys of overlapping hash ranges, at once, %d times; the first ones:\n%s",
 			len(violations), strings.Join(violations[:min(len(violations), 10)], "\n"))
 	}
 }
