@@ -157,8 +157,8 @@ func (g *crRing) start(id string) {
 		Wrap: func(inner reconcile.Reconciler) reconcile.Reconciler {
 			return reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 				key := crsharding.Key(req)
-				g.track.enter(id, key)
-				defer g.track.exit(id, key)
+				g.track.Enter(id, key, shardOf(m.sh.Replica(), crShards, key))
+				defer g.track.Exit(id, key)
 				g.checkRun(ctx, m, cached, req)
 				res, err := inner.Reconcile(ctx, req)
 				if !g.busy.Load() {
@@ -370,7 +370,7 @@ func (g *crRing) check() {
 		t.Errorf("%s", f)
 	}
 	if len(violations) > 0 {
-		t.Errorf("a key was reconciled by two managers at once, %d times; the first ones:\n%v", len(violations), violations[:min(len(violations), 10)])
+		t.Errorf("two managers reconciled one key, or keys of overlapping hash ranges, at once, %d times; the first ones:\n%v", len(violations), violations[:min(len(violations), 10)])
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

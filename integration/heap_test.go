@@ -16,9 +16,10 @@ import (
 const proofReplicas = 8
 
 // TestShardedCacheProofHeap measures what each replica of a balanced ring of
-// 8 replicas, 64 shards, caches of the 20,000-object data set, and its
-// heap, each replica in a process of its own (see child_test.go), against
-// one unsharded informer caching everything, also in its own process.
+// 8 replicas, 64 shards, caches of the proof's data set (2,000 objects;
+// 20,000 with SHARDING_SCALE=1), and its heap, each replica in a process of
+// its own (see child_test.go), against one unsharded informer caching
+// everything, also in its own process.
 //
 // With the gate on (filter=server), every replica must filter on the
 // server and cache exactly the objects of the shards it holds, which at

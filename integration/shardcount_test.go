@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	workqueue "github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/exclusion"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,13 +43,21 @@ func TestShardCountChange(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	// One tracker for every replica of the test: a key run by two at
-	// once is a violation; reconciled records the runs that ended well.
-	var mu sync.Mutex
-	running := map[string]string{}
+	// One exclusion tracker per ring, shared by its replicas: runs of two
+	// replicas of a ring in overlapping hash ranges (across the two
+	// counts) are a violation. reconciled records the runs that ended well.
+	var mu sync.Mutex // protects the maps below
+	trackers := map[string]*exclusion.Tracker{}
 	reconciled := map[string]int{}
 	lastEnd := map[string]time.Time{} // ring/replica → when its last run ended
-	var violations []string
+	trackerOf := func(ring string) *exclusion.Tracker {
+		mu.Lock()
+		defer mu.Unlock()
+		if trackers[ring] == nil {
+			trackers[ring] = &exclusion.Tracker{}
+		}
+		return trackers[ring]
+	}
 
 	type rep struct {
 		id     string
@@ -83,21 +91,17 @@ func TestShardCountChange(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		p := &rep{id: id, r: r, shards: shards, cancel: cancel, err: make(chan error, 1), done: make(chan struct{})}
+		track := trackerOf(ring)
 		handle := func(ctx context.Context, key string) error {
 			k := ring + "/" + key // the rings of the test share the ConfigMaps
-			mu.Lock()
-			if other, ok := running[k]; ok {
-				violations = append(violations, fmt.Sprintf("%s ran %s while %s ran it", id, k, other))
-			}
-			running[k] = id
-			mu.Unlock()
+			track.Enter(id, key, shardOf(r, shards, key))
+			defer track.Exit(id, key)
 			run := 10 * time.Millisecond // a run; not cancelled, as a handler that finishes its work
 			if p.slow.Load() {
 				run = slowRun
 			}
 			time.Sleep(run)
 			mu.Lock()
-			delete(running, k)
 			reconciled[k]++
 			lastEnd[ring+"/"+id] = time.Now()
 			mu.Unlock()
@@ -196,16 +200,7 @@ func TestShardCountChange(t *testing.T) {
 			_, err = admin.CoreV1().ConfigMaps(ns).Update(t.Context(), cm, metav1.UpdateOptions{})
 			require.NoError(t, err)
 		}
-		require.Eventually(t, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			for k := range running {
-				if strings.HasPrefix(k, ring+"/") {
-					return true
-				}
-			}
-			return false
-		}, 10*time.Second, 5*time.Millisecond, "no run in flight on the old replica")
+		require.Eventually(t, func() bool { return trackerOf(ring).InFlight() > 0 }, 10*time.Second, 5*time.Millisecond, "no run in flight on the old replica")
 		mu.Lock()
 		for k := range reconciled {
 			delete(reconciled, k)
@@ -241,5 +236,7 @@ func TestShardCountChange(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	require.Empty(t, violations, "keys run by two replicas at once")
+	for ring, tr := range trackers {
+		require.Empty(t, tr.Violations(), "ring %s: runs of two replicas at once in overlapping hash ranges (%d runs)", ring, tr.Runs())
+	}
 }

@@ -17,6 +17,7 @@ import (
 
 	workqueue "github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/exclusion"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -267,8 +268,8 @@ func (g *ring) joinWith(id string, crash bool, wrap func(http.RoundTripper) http
 		}
 	})
 	handle := func(ctx context.Context, key string) error {
-		g.track.enter(id, key)
-		defer g.track.exit(id, key)
+		g.track.Enter(id, key, shardOf(r, g.spec.shards, key))
+		defer g.track.Exit(id, key)
 		ns, name, _ := strings.Cut(key, "/")
 		cm, err := lister.ConfigMaps(ns).Get(name)
 		if err != nil {
@@ -437,43 +438,37 @@ func (g *ring) check() {
 		t.Errorf("the ring's background work failed: %s", f)
 	}
 	if len(violations) > 0 {
-		t.Errorf("invariant 1: a key's handler ran on two replicas at once, %d times; the first ones:\n%s",
+		t.Errorf("invariant 1: two replicas ran one key, or keys of overlapping hash ranges, at once, %d times; the first ones:\n%s",
 			len(violations), strings.Join(violations[:min(len(violations), 10)], "\n"))
 	}
 }
 
-// tracker checks invariant 1 at every handler entry and exit and records
-// the value each key was last reconciled at. Replicas' goroutines call it;
-// the test asserts on what it recorded after they are stopped.
+// tracker checks invariant 1 at every handler entry and exit through the
+// exclusion oracle it embeds (Enter, Exit), and records the value each key
+// was last reconciled at and the failures of the ring's background work.
+// Replicas' goroutines call it; the test asserts on what it recorded after
+// they are stopped.
 type tracker struct {
-	mu         sync.Mutex // protects the fields below
-	running    map[string]string
-	violations []string
-	failures   []string
-	last       map[string]string
-	runs       int
+	exclusion.Tracker
+
+	mu       sync.Mutex // protects the fields below
+	failures []string
+	last     map[string]string
 }
 
 func newTracker() *tracker {
-	return &tracker{running: map[string]string{}, last: map[string]string{}}
+	return &tracker{last: map[string]string{}}
 }
 
-func (tr *tracker) enter(id, key string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if other, ok := tr.running[key]; ok {
-		tr.violations = append(tr.violations, fmt.Sprintf("%s: %s started %s while %s runs it", time.Now().Format("15:04:05.000"), id, key, other))
+// shardOf returns key's shard as replica r tells it, r's ring having
+// shards shards, for the exclusion tracker: the zero Shard (checked by key
+// only) if r cannot tell.
+func shardOf(r *sharding.Replica, shards int, key string) exclusion.Shard {
+	i, ok := r.ShardOfKey(key)
+	if !ok {
+		return exclusion.Shard{}
 	}
-	tr.running[key] = id
-	tr.runs++
-}
-
-func (tr *tracker) exit(id, key string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if tr.running[key] == id {
-		delete(tr.running, key)
-	}
+	return exclusion.Shard{Index: i, Count: shards}
 }
 
 func (tr *tracker) reconciled(key, value string) {
@@ -504,7 +499,7 @@ func (tr *tracker) notReconciled(ns string, n int, value string) []string {
 func (tr *tracker) report() (runs int, violations, failures []string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	return tr.runs, slices.Clone(tr.violations), slices.Clone(tr.failures)
+	return tr.Runs(), tr.Violations(), slices.Clone(tr.failures)
 }
 
 // link is a replica's connection to the API server for its Leases, which

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-coalesce/workqueue"
 	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/exclusion"
 	"github.com/go-coalesce/workqueue/sharding/fakeleases"
 	"github.com/go-coalesce/workqueue/sharding/fakeshards"
 	appsv1 "k8s.io/api/apps/v1"
@@ -58,17 +59,17 @@ const (
 	objectsNS     = "apps"
 )
 
-// tracker checks invariant 1 at every handler entry and exit, and records
-// the versions each key was reconciled at. It is shared by every replica
-// of a ring.
+// tracker records the versions each key was reconciled at, and checks
+// invariant 1 at every handler entry and exit through the exclusion
+// oracle it embeds (Enter, Exit, Violations, Runs). It is shared by every
+// replica of a ring.
 type tracker struct {
-	mu         sync.Mutex
-	running    map[string]string // key → replica running its handler
-	violations []string
-	latest     map[string]int64     // key → newest generation written
-	done       map[string]int64     // key → newest generation reconciled
-	doneAt     map[string]time.Time // key → when done reached latest
-	runs       int
+	exclusion.Tracker
+
+	mu     sync.Mutex           // protects the fields below
+	latest map[string]int64     // key → newest generation written
+	done   map[string]int64     // key → newest generation reconciled
+	doneAt map[string]time.Time // key → when done reached latest
 	// cancels: replica → the first time one of its runs saw its context
 	// cancelled with ErrLeaseLost.
 	lostAt map[string]time.Time
@@ -91,31 +92,10 @@ func (t *tracker) lostTime(id string) (time.Time, bool) {
 
 func newTracker() *tracker {
 	return &tracker{
-		running: make(map[string]string),
-		latest:  make(map[string]int64),
-		done:    make(map[string]int64),
-		doneAt:  make(map[string]time.Time),
-		lostAt:  make(map[string]time.Time),
-	}
-}
-
-func (t *tracker) enter(id, key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if other, ok := t.running[key]; ok {
-		t.violations = append(t.violations, fmt.Sprintf("%v: %s entered %s while %s runs it", time.Now().Format("15:04:05.000"), id, key, other))
-	}
-	t.running[key] = id
-	t.runs++
-}
-
-func (t *tracker) exit(id, key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.running[key] == id {
-		delete(t.running, key)
-	} else {
-		t.violations = append(t.violations, fmt.Sprintf("%v: %s left %s while %q was recorded", time.Now().Format("15:04:05.000"), id, key, t.running[key]))
+		latest: make(map[string]int64),
+		done:   make(map[string]int64),
+		doneAt: make(map[string]time.Time),
+		lostAt: make(map[string]time.Time),
 	}
 }
 
@@ -157,11 +137,7 @@ func (t *tracker) behind() (keys []string, last time.Time) {
 	return keys, last
 }
 
-func (t *tracker) violationList() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return slices.Clone(t.violations)
-}
+func (t *tracker) violationList() []string { return t.Violations() }
 
 // ring is a set of replicas of one controller in one process: one shared
 // Lease store (with resourceVersion conflicts), one shared object store
@@ -340,9 +316,16 @@ func (rg *ring) start(kill bool) string {
 	}
 	inf := r.Informer()
 	m := &member{id: id, r: r, lw: lw, q: q, cancel: cancel, done: make(chan struct{}), killed: kill}
+	count := r.Status().ShardCount
 	handle := func(ctx context.Context, key string) error {
-		rg.tr.enter(id, key)
-		defer rg.tr.exit(id, key)
+		// The key's shard as this replica tells it, in its own count:
+		// the oracle compares hash ranges across counts.
+		var in exclusion.Shard
+		if i, ok := r.ShardOfKey(key); ok {
+			in = exclusion.Shard{Index: i, Count: count}
+		}
+		rg.tr.Enter(id, key, in)
+		defer rg.tr.Exit(id, key)
 		obj, ok, _ := inf.GetStore().GetByKey(key)
 		if !ok {
 			return nil

@@ -54,7 +54,7 @@ func TestStartTogether(t *testing.T) {
 				rg.checkExclusive()
 				perReplica := (heapInUse() - heap0) / uint64(sz.replicas)
 				t.Logf("FIGURES start: balanced after %v; quiet ring: %.2f Lease writes/s (%d replicas / RetryPeriod %v = %.2f), last renewals spread over %v; 200 updates reconciled in %v (last after quiet start %v); %d runs; heap per replica %d KiB (sharded cache of %d/%d objects, queue, sharding state)",
-					settle, wps, sz.replicas, retryPeriod, float64(sz.replicas)/retryPeriod.Seconds(), spread, took2, took, rg.tr.runs, perReplica>>10, objects, sz.replicas)
+					settle, wps, sz.replicas, retryPeriod, float64(sz.replicas)/retryPeriod.Seconds(), spread, took2, took, rg.tr.Runs(), perReplica>>10, objects, sz.replicas)
 			})
 		})
 	}
@@ -273,7 +273,7 @@ func TestFlapping(t *testing.T) {
 		}
 		took := rg.quiet() // from the last heal
 		rg.checkExclusive()
-		t.Logf("FIGURES flapping: %d replicas at the end; quiet: all reconciled after %v; %d runs", len(rg.ids()), took, rg.tr.runs)
+		t.Logf("FIGURES flapping: %d replicas at the end; quiet: all reconciled after %v; %d runs", len(rg.ids()), took, rg.tr.Runs())
 	})
 }
 
