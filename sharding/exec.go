@@ -159,7 +159,7 @@ func (l *loop) progress(api context.Context) time.Time {
 
 // renew renews the membership Lease, or, if the session has lapsed and
 // every run of it has returned, starts a new session (ownership case 2);
-// membershipWrite (session.go) says which. A session never comes back
+// the machine says which (renewal). A session never comes back
 // once it has ended: an update carries the UID and resourceVersion of our
 // Lease (leaseRef), so it cannot re-create a Lease another replica
 // deleted, and finding the Lease gone ends the session at once; a
@@ -167,18 +167,14 @@ func (l *loop) progress(api context.Context) time.Time {
 // answer arrives (acceptAnswer).
 func (l *loop) renew(ctx context.Context) {
 	st := l.runs.status()
-	alive, session, leaving := st.alive, st.session, st.leaving
-	write, join := membershipWrite(alive, leaving, st.inflight)
-	if !write {
+	alive := st.alive
+	sent := time.Now()
+	w, ok := l.m.renewal(st, sent, newSession())
+	if !ok {
 		return
 	}
-	sent := time.Now()
-	start := l.sessionStart
-	if join {
-		session, start = newSession(), sent
-	}
-	out, err := l.io.writeMember(ctx, memberPut{known: l.member, session: session, start: start, now: sent,
-		mark: memberMark{synced: l.m.plans.synced, leaving: leaving}})
+	w.known = l.member
+	out, err := l.io.writeMember(ctx, w)
 	if err != nil {
 		l.obs.memberWrite(err)
 		if l.memberLost(ctx, err) && alive {
@@ -189,12 +185,11 @@ func (l *loop) renew(ctx context.Context) {
 	l.obs.memberWrite(nil)
 	l.member = refOf(out)
 	l.ring.upsert(out) // our write, from the server's answer
-	switch l.runs.answered(sentWrite{at: sent, wasAlive: alive, session: session}, time.Now(), l.cfg.RenewDeadline) {
+	switch l.runs.answered(sentWrite{at: sent, wasAlive: alive, session: w.session}, time.Now(), l.cfg.RenewDeadline) {
 	case answerIgnored:
 		return
 	case answerJoined:
-		l.sessionStart = start
-		l.m.joined()
+		l.m.joined(w)
 	}
 	deadline := sent.Add(l.cfg.RenewDeadline)
 	if l.expire == nil {

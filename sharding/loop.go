@@ -53,11 +53,8 @@ type loop struct {
 	warmUntil time.Time
 	prev      []int      // the admitted shards at the last sync
 	jitter    *rand.Rand // draws each period's jitter (see period)
-	// sessionStart is when the join that started the session was sent:
-	// the acquireTime of every renewal of the session.
-	sessionStart time.Time
-	leaveBy      time.Time // give up leaving here
-	stopErr      error     // why Run leaves, if not its context
+	leaveBy   time.Time  // give up leaving here
+	stopErr   error      // why Run leaves, if not its context
 }
 
 func newLoop(r *Replica) *loop {

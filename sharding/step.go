@@ -49,6 +49,9 @@ type machine struct {
 	tried    tried     // writes that failed since the last tick
 	fenceAt  time.Time // the next time a member may be fenced; zero if none
 	leaveAt  time.Time // when the leave began; zero while not leaving
+	// sessionStart is when the join that started the session was sent:
+	// the acquireTime of every renewal of the session.
+	sessionStart time.Time
 	// stopped is set once the replica leaves on an error (a refusal, a
 	// request refused for LeaseDuration): the ring is refused no more.
 	stopped bool
@@ -290,8 +293,25 @@ func (m *machine) releaseDone(i int) { m.plans.giveTo[i] = "" }
 func (m *machine) ringFailed(w ringWrite) { m.tried.ring = w.ref.rv }
 func (m *machine) sealFailed(w sealWrite) { m.tried.seal[w.k] = versionOf(w.s) }
 
-// joined records that a join was answered: a new session begins.
-func (m *machine) joined() { m.aliveFor = 0 }
+// renewal decides the tick's membership write at now, for the session st
+// as the ledger has it (membershipWrite, session.go): a renewal of st's
+// session, a join in session fresh (a new token the executor drew), or
+// nothing (false). The executor fills in the version it writes over.
+func (m *machine) renewal(st sessionState, now time.Time, fresh string) (memberPut, bool) {
+	write, join := membershipWrite(st.alive, st.leaving, st.inflight)
+	if !write {
+		return memberPut{}, false
+	}
+	w := memberPut{session: st.session, start: m.sessionStart, now: now,
+		mark: memberMark{synced: m.plans.synced, leaving: st.leaving}}
+	if join {
+		w.session, w.start = fresh, now
+	}
+	return w, true
+}
+
+// joined records that the join w was answered: a new session begins.
+func (m *machine) joined(w memberPut) { m.aliveFor, m.sessionStart = 0, w.start }
 
 // newTick starts a period: the writes that failed may be tried again.
 func (m *machine) newTick() { m.tried.reset() }

@@ -143,3 +143,28 @@ func TestCheckRefusesAndFences(t *testing.T) {
 		t.Errorf("stopped: %v, want no refusal once the replica leaves on an error", err)
 	}
 }
+
+func TestStepRenewal(t *testing.T) {
+	m := testMachine("b", 8)
+	m.plans.synced = []int{3}
+	lapsed := sessionState{session: "old"}
+	w, ok := m.renewal(lapsed, t0, "new")
+	if !ok || w.session != "new" || !w.start.Equal(t0) || !w.now.Equal(t0) {
+		t.Fatalf("lapsed, no run in flight: %+v %v, want a join in the fresh session, started now", w, ok)
+	}
+	m.aliveFor = 5
+	m.joined(w)
+	if m.aliveFor != 0 || !m.sessionStart.Equal(t0) {
+		t.Errorf("joined: aliveFor %d, start %v; want 0, %v", m.aliveFor, m.sessionStart, t0)
+	}
+	later := t0.Add(2 * time.Second)
+	w, ok = m.renewal(sessionState{alive: true, session: "new"}, later, "other")
+	if !ok || w.session != "new" || !w.start.Equal(t0) || !w.now.Equal(later) || !slices.Equal(w.mark.synced, []int{3}) {
+		t.Errorf("alive: %+v %v, want a renewal of the session, started at its join, saying what it synced", w, ok)
+	}
+	for _, st := range []sessionState{{session: "old", inflight: 1}, {session: "old", leaving: true}} {
+		if w, ok := m.renewal(st, later, "other"); ok {
+			t.Errorf("%+v: writes %+v, want nothing (runs of the old session in flight, or leaving)", st, w)
+		}
+	}
+}
