@@ -2,7 +2,9 @@ package sharding
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -19,9 +21,11 @@ import (
 // machine (step.go), ledger (runs.go) and view (ringview.go), against a
 // simulated Lease store with resourceVersion semantics, on a simulated
 // clock. One seed draws every choice: watch delays and stalls, lost
-// answers, partitions, crashes, joins and graceful leaves. After every
-// event it checks that no two replicas admit one shard at once; once the
-// faults stop, that every shard is admitted within a bound.
+// answers, expire timers that fire late, partitions, crashes, joins,
+// graceful leaves, and runs (some outliving GracePeriod, some slow to
+// honour their cancellation). After every event it checks that no shard
+// is admitted or run by two replicas at once; once the faults stop, that
+// every shard is admitted within a bound.
 //
 // The executor here is the simulation's (sim.renew, sim.decide,
 // sim.progress mirror exec.go's, with each request answered at once or
@@ -37,6 +41,10 @@ const (
 	simGrace    = 5 * time.Second
 	simHandoff  = 15 * time.Second
 	simFaultFor = 3 * time.Minute // faults are drawn until then
+	// simStop is the longest a cancelled run takes to return: within
+	// LeaseDuration − RenewDeadline, the timing assumption (the clocks
+	// agree here).
+	simStop = 4 * time.Second
 	// simSettle is the bound on admitting every shard once the faults
 	// stop: a LeaseDuration to fence the dead, the handoff bound, and a
 	// few periods to deal and take.
@@ -116,6 +124,10 @@ type simReplica struct {
 	// tick after it is due.
 	pending  *simAnswer
 	nextTick time.Time
+	// runs in flight, by number, and whether a cancelled one's return
+	// is scheduled already.
+	runs     map[int]ticket
+	stopping map[int]bool
 }
 
 // simAnswer is a membership write whose answer is on its way.
@@ -187,6 +199,7 @@ func (s *sim) start() {
 		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: simShards, field: FieldUID},
 			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace})}
 	rp.led.init(simShards)
+	rp.runs, rp.stopping = make(map[int]ticket), make(map[int]bool)
 	s.reps[id] = rp
 	s.order = append(s.order, id)
 	s.deliver(rp, len(s.store.log)) // its first list
@@ -328,9 +341,18 @@ func (s *sim) answer(rp *simReplica) {
 	}
 	rp.member = pa.ref
 	s.apply(rp, pa.p, pa.ref)
-	if rp.led.answered(sentWrite{at: pa.sent, wasAlive: pa.st.alive, session: pa.w.session}, s.now, simRenew) == answerJoined {
+	switch rp.led.answered(sentWrite{at: pa.sent, wasAlive: pa.st.alive, session: pa.w.session}, s.now, simRenew) {
+	case answerIgnored:
+		return
+	case answerJoined:
 		rp.m.joined(pa.w)
 	}
+	late := time.Duration(0) // the expire timer, which may fire late
+	if s.rnd.IntN(10) == 0 {
+		late = time.Duration(s.rnd.Int64N(int64(time.Second)))
+	}
+	s.seq++
+	heap.Push(&s.q, simEvent{at: pa.sent.Add(simRenew + late), seq: s.seq, kind: "expire", id: rp.id})
 }
 
 // decide mirrors loop.go's decide and exec.go's carryOut.
@@ -447,6 +469,7 @@ func (s *sim) fault() {
 	case k < 5:
 		id := live[s.rnd.IntN(len(live))]
 		s.reps[id].dead = true
+		clear(s.reps[id].runs) // its runs die with it
 		s.trace = append(s.trace, fmt.Sprintf("%v crash %s", s.now.Sub(t0), id))
 	case k < 7:
 		id := live[s.rnd.IntN(len(live))]
@@ -497,6 +520,23 @@ func (s *sim) run(d time.Duration) string {
 					s.step(rp, false)
 				}
 			}
+		case "expire":
+			rp := s.reps[e.id]
+			if !rp.dead && rp.led.alive && !s.now.Before(rp.led.deadline) {
+				rp.led.lose(false, s.now)
+			}
+		case "runend":
+			id, n, _ := cutLast(e.id)
+			rp := s.reps[id]
+			if tk, ok := rp.runs[n]; ok && !rp.dead {
+				delete(rp.runs, n)
+				delete(rp.stopping, n)
+				rp.led.end(tk, nil)
+				tk.cancel(nil)
+				if rp.pending == nil {
+					s.progress(rp)
+				}
+			}
 		case "answer":
 			rp := s.reps[e.id]
 			if rp.dead {
@@ -525,9 +565,22 @@ func (s *sim) run(d time.Duration) string {
 			s.step(rp, true)
 			s.after(rp)
 		}
+		s.cancelled()
 		for i, a := range s.admitters() {
+			for _, id := range s.ids() {
+				rp := s.reps[id]
+				if rp.dead || slices.Contains(a, id) {
+					continue
+				}
+				for _, tk := range rp.runs {
+					if tk.shard == i {
+						a = append(a, id+" (a run)")
+						break
+					}
+				}
+			}
 			if len(a) > 1 {
-				s.violated = fmt.Sprintf("at %v shard %d admitted by %v", s.now.Sub(t0), i, a)
+				s.violated = fmt.Sprintf("at %v shard %d admitted or run by %v", s.now.Sub(t0), i, a)
 			}
 		}
 		if s.now.Sub(t0) > simFaultFor+time.Minute {
@@ -575,6 +628,49 @@ func (s *sim) step(rp *simReplica, tick bool) {
 	}
 	s.decide(rp, tick)
 	s.progress(rp)
+	s.startRuns(rp)
+}
+
+// startRuns starts a run on some of the shards rp admits, each lasting
+// 0–4 s (one in ten outlives GracePeriod), unless cancelled first.
+func (s *sim) startRuns(rp *simReplica) {
+	for i := range simShards {
+		if s.rnd.IntN(3) != 0 {
+			continue
+		}
+		tk, ok := rp.led.begin(context.Background(), "k"+strconv.Itoa(i), i, true, s.now)
+		if !ok {
+			continue
+		}
+		s.seq++
+		n := s.seq
+		rp.runs[n] = tk
+		d := time.Duration(s.rnd.Int64N(int64(4 * time.Second)))
+		if s.rnd.IntN(10) == 0 {
+			d = simGrace + time.Duration(s.rnd.Int64N(int64(simGrace)))
+		}
+		heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: rp.id + "@" + strconv.Itoa(n)})
+	}
+}
+
+// cancelled schedules the return of every run whose context was cancelled:
+// mostly within 300 ms, sometimes up to simStop.
+func (s *sim) cancelled() {
+	for _, id := range s.ids() {
+		rp := s.reps[id]
+		for _, n := range slices.Sorted(maps.Keys(rp.runs)) {
+			if rp.runs[n].ctx.Err() == nil || rp.stopping[n] {
+				continue
+			}
+			rp.stopping[n] = true
+			d := time.Duration(s.rnd.Int64N(int64(300 * time.Millisecond)))
+			if s.rnd.IntN(5) == 0 {
+				d = time.Duration(s.rnd.Int64N(int64(simStop))) // slow to honour it
+			}
+			s.seq++
+			heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: id + "@" + strconv.Itoa(n)})
+		}
+	}
 }
 
 func cutLast(s string) (string, int, bool) {
@@ -595,7 +691,7 @@ const simRingMinutes = simFaultFor + 3*time.Minute
 // instead (hours, say), from SHARDING_SIM_FROM (default 0). A failing seed
 // is named: TestSimReplay replays one (SHARDING_SIM_SEED).
 func TestSimRing(t *testing.T) {
-	seeds, budget := uint64(100), time.Duration(0)
+	seeds, budget := uint64(50), time.Duration(0)
 	if v, err := strconv.Atoi(os.Getenv("SHARDING_SIM_SECONDS")); err == nil {
 		seeds, budget = ^uint64(0), time.Duration(v)*time.Second
 	}
