@@ -3,17 +3,13 @@ package sharding
 import (
 	"slices"
 	"time"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// This file holds the ring's decisions, as functions of a view of the
-// Leases (view, ringview.go) and of this replica's own state: no I/O, no
-// clock (the time is an argument), no goroutine, no lock. The loop
-// (loop.go) takes a copy of the view, asks these functions what to do,
-// and does it: the Lease writes are leases.go's, the runs' bookkeeping
-// runs.go's. decide_test.go tests each against a table.
+// This file holds the ring's decisions on shares and moves, as functions
+// of a view of the Leases (view, view.go) and of this replica's own state:
+// no I/O, no clock (the time is an argument), no goroutine, no lock. The
+// machine (step.go) is built of them, and of those of session.go and
+// shardcount.go; decide_test.go tests each against a table.
 //
 // Who decides what:
 //
@@ -23,15 +19,9 @@ import (
 //     break): who takes which shard, which shards the taker fills ahead,
 //     when the holder hands one over, and which free shards to take;
 //   - fences: which members to fence now, and when the next one is due
-//     (ownership case 3);
-//   - sessionOver, adoptShard: what the view says of our session and of
-//     each shard we hold (ownership cases 1 and 2, and the stale view);
-//   - mayRelease, drainStep: when a draining shard is released, or its runs
-//     cancelled (ownership case 1);
-//   - membershipWrite, acceptAnswer, afterMemberError: what the tick
-//     writes of our membership Lease and what an answer may do to the
-//     session (RenewDeadline, issue #24);
-//   - jitterMax: the period's jitter.
+//     (ownership case 3).
+//
+// session.go holds those of the session and of the shards held.
 
 // tried records the writes that failed since the last tick, so that a
 // change of the view does not retry them at the version they failed on.
@@ -73,7 +63,7 @@ func versionOf(s shardInfo) string {
 
 // counts reports whether member m gets a share: only once its Lease is a
 // renewal (renewTime ≠ acquireTime), which proves that its writer was
-// answered at least once in that session (issue #14). A Lease that is a
+// answered at least once in that session. A Lease that is a
 // join may come from a replica whose requests land but whose answers are
 // lost: it can never take a shard, and since it keeps writing nobody
 // fences it; a share would wait for it while the fault lasts.
@@ -153,10 +143,9 @@ func (b balance) deficit(k int) int { return max(0, b.share(k)-b.held[b.ids[k]])
 // rule, a lapse reshuffled the ring: in the tick before the rejoined
 // member counted, the others' shares grew, they took its shards, then
 // gave them up again; and each shard that lands elsewhere costs a list,
-// where the member that lapsed still has it cached (keepWarm). Under an
-// overloaded API server (16 replicas over 100,000 objects, each list
-// tens of seconds) lapses, reshuffles and their lists fed each other and
-// the ring never settled.
+// where the member that lapsed still has it cached (keepWarm): under an
+// overloaded API server, lapses, reshuffles and their lists feed each
+// other (docs/measured.md).
 func (b balance) deal(v *view) [][]int {
 	out, _ := b.dealNeed(v)
 	return out
@@ -221,7 +210,7 @@ func (b balance) dealNeed(v *view) ([][]int, []int) {
 // newcomer's share; a leave only the leaver's shards (Balance). Views
 // that differ (watches at different points) give different plans: a
 // taker may then prefetch in vain, or a holder wait for a taker that
-// does not come (a bound, handoffWait, ends that wait), never two
+// does not come (a bound, HandoffTimeout, ends that wait), never two
 // admitting holders: the plan decides only when a holder starts
 // draining, and the Lease protocol does the rest as for any move.
 func (b balance) plan(v *view) []string {
@@ -267,31 +256,38 @@ func (b balance) plan(v *view) []string {
 	return to
 }
 
-// moves decides how self moves towards its share of b, given the plan to
-// (plan): the active shards (those whose keys it admits) that the plan
-// gives to another member, which it hands over (handoffs says when), and
-// the free shards it acquires.
+// mover is the replica moving towards its share: who it is, the ticks
+// its session has lasted, its active shards (those whose keys it
+// admits), and, by shard, the version a write of it failed at since the
+// last tick (tried.shard).
+type mover struct {
+	self     string
+	aliveFor int
+	active   []int
+	failed   []string
+}
+
+// moves decides how me moves towards its share of b, given the plan to
+// (plan): the active shards that the plan gives to another member, which
+// it hands over (handoffs says when), and the free shards it acquires.
 //
 // A member under its share takes the free shards deal gives it, so
 // replicas working from the same view never race for the same shard. It
-// takes none before its third tick (aliveFor ≥ 3): the others count it
-// from its first renewal, its second tick, so a newcomer waits one more
-// tick to see the renewals of the members that started with it, and
-// replicas started together deal each shard out once. A shard whose write
-// failed at the version v shows (failed[i], see tried) is not taken again
-// before the view moves on.
-func moves(v *view, b balance, to []string, self string, aliveFor int, active []int, failed []string) (give, acquire []int) {
-	for _, i := range active {
-		if to[i] != "" && to[i] != self {
+// takes none before its session is settled (settledTicks, step.go). A
+// shard whose write failed at the version v shows (see tried) is not
+// taken again before the view moves on.
+func moves(v *view, b balance, to []string, me mover) (give, acquire []int) {
+	for _, i := range me.active {
+		if to[i] != "" && to[i] != me.self {
 			give = append(give, i)
 		}
 	}
-	me := slices.Index(b.ids, self)
-	if me < 0 || len(give) > 0 || aliveFor < 3 {
+	k := slices.Index(b.ids, me.self)
+	if k < 0 || len(give) > 0 || me.aliveFor < settledTicks {
 		return give, nil
 	}
-	for _, i := range b.deal(v)[me] {
-		if failed[i] == versionOf(v.shards[i]) {
+	for _, i := range b.deal(v)[k] {
+		if me.failed[i] == versionOf(v.shards[i]) {
 			continue // failed at this version: wait for a newer one, or the next tick
 		}
 		if v.ringLease.exists && sealedIn(v.shards[i], v.ringLease.gen) {
@@ -315,18 +311,26 @@ func prefetch(v *view, to []string, self string) []int {
 	return out
 }
 
+// handoffClock is what handoffs needs of time: since[i], when this
+// replica first saw shard i planned for its taker; now; and wait,
+// Config.HandoffTimeout.
+type handoffClock struct {
+	since []time.Time
+	now   time.Time
+	wait  time.Duration
+}
+
 // handoffs decides which of the shards self gives (moves) it starts
-// draining at now: those whose taker (to) says, in its membership Lease,
-// that it has synced them (memberInfo.synced), and every one once
-// handoffWait has passed since since[i], when self first saw shard i
-// planned for that taker (a taker whose cache does not sync, or that runs
-// a version that does not prefetch, is not waited for longer: its move
-// then costs a list, as a crash move does). It also returns the next
-// instant a bound falls due (zero if none).
-func handoffs(v *view, to []string, give []int, since []time.Time, now time.Time, handoffWait time.Duration) (drain []int, next time.Time) {
+// draining at c.now: those whose taker (to) says, in its membership
+// Lease, that it has synced them (memberInfo.synced), and every one once
+// c.wait has passed since c.since[i] (a taker whose cache does not sync,
+// or that runs a version that does not prefetch, is not waited for
+// longer: its move then costs a list, as a crash move does). It also
+// returns the next instant a bound falls due (zero if none).
+func handoffs(v *view, to []string, give []int, c handoffClock) (drain []int, next time.Time) {
 	for _, i := range give {
-		due := since[i].Add(handoffWait)
-		if slices.Contains(v.members[to[i]].synced, i) || !now.Before(due) {
+		due := c.since[i].Add(c.wait)
+		if slices.Contains(v.members[to[i]].synced, i) || !c.now.Before(due) {
 			drain = append(drain, i)
 			continue
 		}
@@ -365,225 +369,4 @@ func fences(v *view, self string, leaseDuration time.Duration, now time.Time, fa
 	}
 	slices.Sort(due)
 	return due, next
-}
-
-// sessionOver reports whether v shows that self's live session is over:
-// its membership Lease is gone (fenced) or names another session.
-func sessionOver(v *view, self string, alive bool, session string) bool {
-	me, present := v.members[self]
-	return alive && (!present || me.session != session)
-}
-
-// What adoptShard tells runs.adopt to do with one shard.
-type adoptAction uint8
-
-const (
-	adoptKeep     adoptAction = iota // nothing changes
-	adoptFree                        // not ours (any more): free it, cancel its runs (ErrLeaseLost)
-	adoptActive                      // an acquisition whose answer was lost landed: hold it
-	adoptDraining                    // the same, while leaving: hold it only to release it
-)
-
-// adoptShard brings one shard's local state in line with its Lease s in
-// the view: a shard Lease that names this replica's session, after an
-// acquisition whose answer was lost (unknown is that session), is held;
-// a held or draining shard whose Lease names someone else (or no one) is
-// freed (which the protocol never lets happen to an active shard while
-// the session is alive; a draining one is freed so when its release's
-// answer was lost).
-//
-// Only a shard whose acquisition got no answer is taken from the view: a
-// view behind the server may still show the version of a shard Lease from
-// before this replica released it, naming its session, and taking that
-// for held would run keys of a shard another replica may have acquired.
-func adoptShard(s shardInfo, self string, alive bool, session string, state uint8, unknown string, leaving bool) adoptAction {
-	mine := alive && s.holder == self && s.session == session
-	lost := mine && unknown == session
-	switch {
-	case !mine && state != shardFree:
-		return adoptFree
-	case lost && state == shardFree && !leaving:
-		return adoptActive
-	case lost && state == shardFree && leaving:
-		return adoptDraining
-	}
-	return adoptKeep
-}
-
-// keepWarm reports whether this replica keeps filling shard s (its Lease
-// as the view shows it), which it does not hold, because its session
-// ended while it held it, at lapsedAt (zero if it did not); and until when
-// at most. A session lapses when the API server answers no renewal within
-// RenewDeadline, mostly under load, and the replica, joined again, usually
-// takes the same shards back a few ticks later: refilling them would cost
-// a list of every object of the resource (client mode) or of each shard,
-// and a burst of lists is what overloads the server in the first place
-// (16 replicas over 100,000 objects did not settle in 15 minutes,
-// sessions lapsing at each round of lists). So a lost shard stays in the
-// informers, fed and synced but not admitted, until another member holds
-// it (someone else's session names it in the view) or ttl has passed.
-// Admission never depends on it: a key runs only in a shard held in a
-// live session.
-func keepWarm(s shardInfo, self string, lapsedAt, now time.Time, ttl time.Duration) (bool, time.Time) {
-	until := lapsedAt.Add(ttl)
-	if lapsedAt.IsZero() || !now.Before(until) {
-		return false, time.Time{}
-	}
-	if s.exists && s.holder != "" && s.holder != self {
-		return false, time.Time{}
-	}
-	return true, until
-}
-
-// mayRelease reports whether the draining shard whose Lease the view shows
-// as s may be released in session: only the version that names this
-// replica's session, and not one whose release failed since the last tick
-// (failedAt, see tried). The view may have moved on since the shard began
-// draining (our session ended and another replica took the shard, or a
-// release whose answer was lost landed): emptying that version would take
-// the shard from its new holder. adoptShard frees the shard then.
-func mayRelease(s shardInfo, self, session, failedAt string) bool {
-	return s.exists && s.holder == self && s.session == session && failedAt != versionOf(s)
-}
-
-// What drainStep tells the loop to do with one shard.
-type drainAction uint8
-
-const (
-	drainNone    drainAction = iota // not draining
-	drainRelease                    // no run left: release its Lease
-	drainCancel                     // grace over: cancel its runs (ErrGraceOver), once
-	drainWait                       // runs in flight: wait until graceEnd
-)
-
-// drainStep decides what a shard being given up needs at now: released
-// once its runs have all returned, its runs cancelled once its grace
-// period is over, else a wake-up at the grace period's end.
-func drainStep(s shard, now time.Time) drainAction {
-	switch {
-	case s.state != shardDraining:
-		return drainNone
-	case s.inflight == 0:
-		return drainRelease
-	case !now.Before(s.graceEnd):
-		if s.cancelled {
-			return drainNone
-		}
-		return drainCancel
-	}
-	return drainWait
-}
-
-// membershipWrite decides what the tick writes of our membership Lease:
-// while the session is alive, a renewal (write, not join); once it has
-// lapsed, a join (a new session) but only when every run of the old one
-// has returned (ownership case 2) and the replica is not leaving;
-// otherwise nothing.
-//
-// Only an alive session is renewed (acquireTime is the session's start,
-// before renewTime). A replica that has gone RenewDeadline without an
-// answered write does not renew: it writes a join (acquireTime =
-// renewTime, a new session each time), which the others do not count
-// (counts). Its writes may still land when only their answers are lost,
-// and it may learn its Lease's resourceVersion back from a Conflict and a
-// Get, so it cannot rely on its Lease going still to be fenced; writing
-// joins is how it stops holding a share it cannot use.
-func membershipWrite(alive, leaving bool, inflight int) (write, join bool) {
-	if alive {
-		return true, false
-	}
-	if leaving || inflight > 0 {
-		return false, false
-	}
-	return true, true
-}
-
-// What acceptAnswer makes of a successful membership write.
-type answer uint8
-
-const (
-	answerIgnored answer = iota // too late, or of a session that ended: proves nothing
-	answerJoined                // a join answered in time: a new session begins
-	answerRenewed               // a renewal of the live session: its deadline moves
-)
-
-// acceptAnswer decides what the success of a membership write sent at sent
-// (a join if the session was not alive then: wasAlive false; else a
-// renewal of session) proves when its answer arrives at now, given the
-// session as it is now (alive, cur, deadline).
-//
-// A session never comes back once it has ended (issue #24): a renewal's
-// success is accepted only if the session is still alive when the answer
-// arrives, less than renewDeadline after the renewal was sent and before
-// the session's own deadline (the expire timer may not have fired yet).
-// An answer that comes later proves nothing about now: the session's runs
-// may have been cancelled, and another replica may have fenced it and
-// taken its shards in between. The next write is then a join.
-func acceptAnswer(sent, now time.Time, renewDeadline time.Duration, wasAlive bool, session string, alive bool, cur string, deadline time.Time) answer {
-	switch {
-	case !now.Before(sent.Add(renewDeadline)):
-		return answerIgnored // too late for the deadline it would set
-	case !wasAlive:
-		return answerJoined
-	case alive && cur == session && now.Before(deadline):
-		return answerRenewed
-	}
-	// A renewal of a session that ended while it was in flight (or whose
-	// deadline has passed, the timer about to end it).
-	return answerIgnored
-}
-
-// What afterMemberError learns of our membership Lease from a failed write.
-type memberFate uint8
-
-const (
-	memberUnknown memberFate = iota // nothing: the next write tells
-	memberGone                      // it is gone: create it next time; the session it carried is over
-	memberRead                      // read it back (Get) and ask afterMemberGet
-)
-
-// afterMemberError decides what a failed write of our membership Lease
-// says of it. NotFound: it is gone (fenced). A Conflict is a stale
-// resourceVersion (our own earlier write whose answer was lost: only this
-// replica writes its Lease, others only delete it) or a UID that is not
-// the Lease's any more (it was deleted); AlreadyExists is a Lease left by
-// an earlier run of this identity, or our own create whose answer was
-// lost. The Lease as it is now tells which.
-func afterMemberError(err error) memberFate {
-	switch {
-	case apierrors.IsNotFound(err):
-		return memberGone
-	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
-		return memberRead
-	}
-	return memberUnknown
-}
-
-// afterMemberGet decides, from the Get of our membership Lease after a
-// Conflict or AlreadyExists (cur, or gerr), the version the next write
-// builds on (zero: create it), and whether the Lease our session was
-// written on is gone.
-func afterMemberGet(known leaseRef, cur *coordinationv1.Lease, gerr error) (next leaseRef, gone bool) {
-	switch {
-	case apierrors.IsNotFound(gerr):
-		return leaseRef{}, true
-	case gerr != nil:
-		return known, false // the next write tells
-	case known.known() && cur.UID != known.uid:
-		// Deleted, and created again by a join of ours whose answer was
-		// lost: the next write builds on it.
-		return refOf(cur), true
-	}
-	return refOf(cur), false
-}
-
-// jitterMax is the largest jitter of a period: a tenth of retry, capped at
-// half of renew − retry so that a period stays well inside RenewDeadline.
-// Replicas started together would otherwise renew at the same instants
-// for as long as they run; the jitter spreads their requests over the
-// period. It only lengthens the period, so the loop still writes at most
-// one membership Lease per RetryPeriod, and every bound stated with "a
-// RetryPeriod" holds with 1.1×RetryPeriod.
-func jitterMax(retry, renew time.Duration) time.Duration {
-	return min(retry/10, (renew-retry)/2)
 }

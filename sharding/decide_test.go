@@ -172,7 +172,7 @@ func TestMoves(t *testing.T) {
 			failed = none
 		}
 		b := balanceOf(v, 8)
-		drain, acquire := moves(v, b, b.plan(v), tc.self, tc.aliveFor, tc.active, failed)
+		drain, acquire := moves(v, b, b.plan(v), mover{self: tc.self, aliveFor: tc.aliveFor, active: tc.active, failed: failed})
 		if !slices.Equal(drain, tc.drain) || !slices.Equal(acquire, tc.acquire) {
 			t.Errorf("%s: drain %v acquire %v, want drain %v acquire %v", tc.name, drain, acquire, tc.drain, tc.acquire)
 		}
@@ -242,11 +242,11 @@ func TestPlan(t *testing.T) {
 		since[i] = t0
 	}
 	since[7] = t0.Add(-wait)
-	drain, next := handoffs(v, to, []int{4, 5, 6, 7}, since, t0.Add(time.Second), wait)
+	drain, next := handoffs(v, to, []int{4, 5, 6, 7}, handoffClock{since: since, now: t0.Add(time.Second), wait: wait})
 	if !slices.Equal(drain, []int{4, 7}) || !next.Equal(t0.Add(wait)) {
 		t.Errorf("handoffs drain %v next %v, want [4 7] (synced; bound over) and %v", drain, next, t0.Add(wait))
 	}
-	if drain, _ := handoffs(v, to, []int{5, 6}, since, t0.Add(wait), wait); !slices.Equal(drain, []int{5, 6}) {
+	if drain, _ := handoffs(v, to, []int{5, 6}, handoffClock{since: since, now: t0.Add(wait), wait: wait}); !slices.Equal(drain, []int{5, 6}) {
 		t.Errorf("handoffs at the bound drain %v, want [5 6]", drain)
 	}
 }
@@ -330,7 +330,7 @@ func TestSessionOverAndAdopt(t *testing.T) {
 		{"names us, lost answer of another session", mine, true, shardFree, "old", false, adoptKeep},
 		{"theirs, free", theirs, true, shardFree, "s", false, adoptKeep},
 	} {
-		if got := adoptShard(tc.s, "a", tc.alive, "s", tc.state, tc.unknown, tc.leaving); got != tc.want {
+		if got := adoptShard(tc.s, adopter{self: "a", session: "s", alive: tc.alive, leaving: tc.leaving}, tc.state, tc.unknown); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -435,7 +435,7 @@ func TestMembership(t *testing.T) {
 		{"renewal of a session that ended", sent.Add(time.Second), true, false, "s", sent.Add(5 * time.Second), answerIgnored},
 		{"renewal of a session replaced", sent.Add(time.Second), true, true, "t", sent.Add(5 * time.Second), answerIgnored},
 	} {
-		if got := acceptAnswer(sent, tc.now, rd, tc.wasAlive, "s", tc.alive, tc.cur, tc.deadline); got != tc.want {
+		if got := acceptAnswer(sentWrite{at: sent, wasAlive: tc.wasAlive, session: "s"}, tc.now, rd, liveSession{alive: tc.alive, session: tc.cur, deadline: tc.deadline}); got != tc.want {
 			t.Errorf("%s: acceptAnswer %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -3,7 +3,6 @@ package sharding
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -118,13 +117,6 @@ func (p *permissions) outcome(verb, resource string, err error) {
 	p.refuse(verb, resource, err)
 }
 
-// refused and granted are the sharded informers' reports (informer.go).
-func (r *Replica) refused(verb, resource string, err error) { r.perms.refuse(verb, resource, err) }
-func (r *Replica) granted(verb, resource string)            { r.perms.grant(verb, resource) }
-
-// leaseOutcome is leaseIO's report of a request on leases.
-func (r *Replica) leaseOutcome(verb string, err error) { r.perms.outcome(verb, "leases", err) }
-
 // overdue returns when the first refused kind of request falls due (zero if
 // none is refused), and, once it is refused for at least d at now, the
 // error Run stops with.
@@ -183,51 +175,8 @@ func (p *permissions) err() error {
 	return fmt.Errorf("sharding: forbidden: %w", errors.Join(errs...))
 }
 
-// Ready reports whether the replica is ready: nil once it has filled its
-// share of the ring (admitted as many shards as its share: held, and in
-// its cache), while its session is alive and no
-// request it needs is refused; else an error that says why. Its shape is
-// controller-runtime's healthz.Checker:
-//
-//	mgr.AddReadyzCheck("sharding", r.Ready)
-//
-// Filled once is enough: a replica that has been ready stays so while its
-// session is alive, though it fills the shards it gains later (a
-// member's leave or death) after that. So a new pod of a rolling update
-// counts as available only once it does its share, and the Deployment
-// deletes an old pod only then: the old pods' shards are not left to
-// replicas that have not listed anything yet (docs/operate.md). A
-// replica that comes after the ring has as many members as shards has
-// no share and is ready once it counts (its first renewal).
-//
-// A replica refused a request (403 Forbidden: a missing RBAC rule) is not
-// ready from the first refusal; Run returns once the same kind of request
-// has been refused for LeaseDuration. A replica whose ring has another
-// Field is not ready from the moment it sees it (the error wraps
-// ErrRingMismatch), and Run returns that error. A replica whose ring has
-// another Shards holds nothing until the ring switches to its count
-// (shardcount.go); meanwhile it is ready once it has filled, in its
-// cache, the share it will take then, so that a rolling update that
-// changes Config.Shards goes on.
-func (r *Replica) Ready(*http.Request) error {
-	if err := r.refusal.get(); err != nil {
-		return err
-	}
-	if err := r.perms.err(); err != nil {
-		return err
-	}
-	joined, alive := r.runs.readiness()
-	switch {
-	case !joined:
-		return errors.New("sharding: not in the ring yet: no membership write answered")
-	case !alive:
-		return errors.New("sharding: session lapsed: no membership write answered within RenewDeadline, or the replica left")
-	}
-	return r.share.err()
-}
-
 // shareFill records whether the replica has filled its share once
-// (Ready): written by the loop (checkShare, sync.go), read by Ready.
+// (Ready): written by the loop (sync, exec.go), read by Ready.
 type shareFill struct {
 	mu              sync.Mutex
 	checked         bool // the loop has checked a counted share once
@@ -256,4 +205,28 @@ func (f *shareFill) err() error {
 		return errors.New("sharding: joined, but not counted in the ring's shares yet (its first renewal is not in)")
 	}
 	return fmt.Errorf("sharding: filling its share: %d of %d shards admitted (held, and in its cache)", f.admitted, f.share)
+}
+
+// mismatch is the replica's refusal of its ring, for Ready.
+type mismatch struct {
+	mu  sync.Mutex // protects err
+	err error
+}
+
+func (m *mismatch) get() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// set records err unless a refusal is recorded already, and reports
+// whether it did.
+func (m *mismatch) set(err error) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return false
+	}
+	m.err = err
+	return true
 }

@@ -1,7 +1,9 @@
 package sharding
 
 import (
+	"context"
 	"fmt"
+	"reflect"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -15,7 +17,7 @@ import (
 // It knows shards and ListerWatchers, not Leases or the Replica; this file
 // is the seam: newInformer hands it the ring's shape and the replica's
 // callbacks, and the replica's loop calls SetShards, Synced and ByShard
-// (loop.go).
+// (exec.go).
 
 // informer is the sharded informer of one resource.
 type informer = shardcache.Informer
@@ -105,4 +107,22 @@ func filtering(inf *informer) Filtering {
 		return FilterServer
 	}
 	return FilterClient
+}
+
+// notRun is the primary informer as NewInformer gives it when Run runs
+// it: the caller's Run waits for the end of its stop channel without
+// running it again.
+type notRun struct{ *informer }
+
+func (n notRun) Run(stopCh <-chan struct{})         { <-stopCh }
+func (n notRun) RunWithContext(ctx context.Context) { <-ctx.Done() }
+
+// sameType reports whether a and b are objects of one resource type: the
+// same Go type and, for unstructured objects, the same kind.
+func sameType(a, b runtime.Object) bool {
+	if a == nil || b == nil || reflect.TypeOf(a) != reflect.TypeOf(b) {
+		return false
+	}
+	return a.GetObjectKind().GroupVersionKind() == b.GetObjectKind().GroupVersionKind() ||
+		a.GetObjectKind().GroupVersionKind().Empty() || b.GetObjectKind().GroupVersionKind().Empty()
 }

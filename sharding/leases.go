@@ -25,7 +25,7 @@ import (
 // the UID and resourceVersion it builds on (leaseRef); only a Create makes
 // a Lease. Each request's outcome is reported to the permission tracker
 // (forbidden.go). What to write, and when, is decided elsewhere
-// (decide.go, loop.go).
+// (step.go).
 
 // Labels and annotations of the ring's Leases.
 const (
@@ -138,13 +138,23 @@ func (l *leaseIO) listWatch() *cache.ListWatch {
 	}
 }
 
-// writeMember writes our membership Lease with the given session, started
-// at start and written at now: a Create if known names no Lease, else an
-// update of the version known names.
-func (l *leaseIO) writeMember(ctx context.Context, known leaseRef, session string, start, now time.Time, mark memberMark) (*coordinationv1.Lease, error) {
-	lease := l.memberLease(session, start, now)
-	mark.annotate(lease)
+// memberPut is a write of our membership Lease: over the version known
+// (zero: a Create), in session, started at start and written at now,
+// saying mark.
+type memberPut struct {
+	known      leaseRef
+	session    string
+	start, now time.Time
+	mark       memberMark
+}
+
+// writeMember writes our membership Lease as w says: a Create if w.known
+// names no Lease, else an update of the version it names.
+func (l *leaseIO) writeMember(ctx context.Context, w memberPut) (*coordinationv1.Lease, error) {
+	lease := l.memberLease(w.session, w.start, w.now)
+	w.mark.annotate(lease)
 	l.addReport(lease)
+	known := w.known
 	if !known.known() {
 		out, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
 		l.report("create", err)
@@ -171,11 +181,11 @@ func (l *leaseIO) deleteMember(ctx context.Context, identity string, ref leaseRe
 	return err
 }
 
-// acquireShard writes shard i's Lease to name our identity and session, on
-// the condition that it is still the version s (or still missing: a
-// Create, which fails if another replica was faster).
-func (l *leaseIO) acquireShard(ctx context.Context, i int, s shardInfo, session string, now time.Time) (*coordinationv1.Lease, error) {
-	return l.putShard(ctx, l.shardLease(l.shards, i, l.identity, session, s.transitions+1, now), s)
+// acquireShard writes shard w.i's Lease to name our identity and
+// w.session, on the condition that it is still the version w.s (or still
+// missing: a Create, which fails if another replica was faster).
+func (l *leaseIO) acquireShard(ctx context.Context, w acquireWrite, now time.Time) (*coordinationv1.Lease, error) {
+	return l.putShard(ctx, l.shardLease(shardKey{l.shards, w.i}, l.identity, w.session, w.s.transitions+1, now), w.s)
 }
 
 // putShard writes lease over the shard Lease s: an update conditioned on
@@ -192,33 +202,33 @@ func (l *leaseIO) putShard(ctx context.Context, lease *coordinationv1.Lease, s s
 	return out, err
 }
 
-// releaseShard empties shard i's Lease, on the condition that it is still
-// the version ref names; next names the planned taker ("" none), and
-// seal, if not negative, seals it in that generation of the ring (a
+// releaseShard empties shard w.i's Lease, on the condition that it is
+// still the version w.ref names; w.next names the planned taker ("" none),
+// and w.seal, if not negative, seals it in that generation of the ring (a
 // switch of the count is in progress: shardcount.go).
-func (l *leaseIO) releaseShard(ctx context.Context, i int, ref leaseRef, next string, seal int, now time.Time) (*coordinationv1.Lease, error) {
-	lease := l.shardLease(l.shards, i, "", "", 0, now)
+func (l *leaseIO) releaseShard(ctx context.Context, w releaseWrite, now time.Time) (*coordinationv1.Lease, error) {
+	lease := l.shardLease(shardKey{l.shards, w.i}, "", "", 0, now)
 	lease.Spec.AcquireTime = nil
-	if next != "" {
-		lease.Annotations[annotationNext] = next
+	if w.next != "" {
+		lease.Annotations[annotationNext] = w.next
 	}
-	if seal >= 0 {
-		lease.Annotations[AnnotationSealed] = strconv.Itoa(seal)
+	if w.seal >= 0 {
+		lease.Annotations[AnnotationSealed] = strconv.Itoa(w.seal)
 	}
-	out, err := l.leases().Update(ctx, ref.on(lease), metav1.UpdateOptions{})
+	out, err := l.leases().Update(ctx, w.ref.on(lease), metav1.UpdateOptions{})
 	l.report("update", err)
 	return out, err
 }
 
-// sealShard seals shard i of a ring of shards shards, which no live
-// member holds, in generation gen: an update conditioned on the version
-// s, or a Create if s is missing (which fails if another replica created
-// it first). A sealed Lease names no holder.
-func (l *leaseIO) sealShard(ctx context.Context, shards, i int, s shardInfo, gen int, now time.Time) (*coordinationv1.Lease, error) {
-	lease := l.shardLease(shards, i, "", "", s.transitions, now)
+// sealShard seals shard w.k, which no live member holds, in generation
+// w.gen: an update conditioned on the version w.s, or a Create if it is
+// missing (which fails if another replica created it first). A sealed
+// Lease names no holder.
+func (l *leaseIO) sealShard(ctx context.Context, w sealWrite, now time.Time) (*coordinationv1.Lease, error) {
+	lease := l.shardLease(w.k, "", "", w.s.transitions, now)
 	lease.Spec.AcquireTime = nil
-	lease.Annotations[AnnotationSealed] = strconv.Itoa(gen)
-	return l.putShard(ctx, lease, s)
+	lease.Annotations[AnnotationSealed] = strconv.Itoa(w.gen)
+	return l.putShard(ctx, lease, w.s)
 }
 
 // memberLease is our membership Lease with the given session, started at
@@ -247,9 +257,10 @@ func (l *leaseIO) memberLease(session string, start, now time.Time) *coordinatio
 	}
 }
 
-// shardLease is shard i's Lease, of a ring of shards shards, held by
-// holder in session ("" and "" for a released shard).
-func (l *leaseIO) shardLease(shards, i int, holder, session string, transitions int32, now time.Time) *coordinationv1.Lease {
+// shardLease is shard k's Lease, held by holder in session ("" and ""
+// for a released shard).
+func (l *leaseIO) shardLease(k shardKey, holder, session string, transitions int32, now time.Time) *coordinationv1.Lease {
+	shards, i := k.shards, k.i
 	t := metav1.NewMicroTime(now)
 	secs := l.seconds
 	return &coordinationv1.Lease{
@@ -284,10 +295,10 @@ func (l *leaseIO) createRing(ctx context.Context, now time.Time) (*coordinationv
 }
 
 // writeRing updates the ring's Lease, on the condition that it is still
-// the version ref names, to say that the ring's count is shards in
-// generation gen, switching to target (0: none). See shardcount.go.
-func (l *leaseIO) writeRing(ctx context.Context, ref leaseRef, shards, gen, target int, now time.Time) (*coordinationv1.Lease, error) {
-	out, err := l.leases().Update(ctx, ref.on(l.ringLease(shards, gen, target, now)), metav1.UpdateOptions{})
+// the version w.ref names, to say that the ring's count is w.shards in
+// generation w.gen, switching to w.target (0: none). See shardcount.go.
+func (l *leaseIO) writeRing(ctx context.Context, w ringWrite, now time.Time) (*coordinationv1.Lease, error) {
+	out, err := l.leases().Update(ctx, w.ref.on(l.ringLease(w.shards, w.gen, w.target, now)), metav1.UpdateOptions{})
 	l.report("update", err)
 	return out, err
 }
@@ -334,8 +345,8 @@ func authorized(err error) bool {
 // on an update of one that does not exist (Leases allow create-on-update)
 // and compares the resourceVersion with nothing then, so an update that
 // arrives after another replica deleted the Lease would bring it back,
-// answered 201, as if it had never been deleted (issue #24: a fenced
-// replica's delayed renewal revived its old session). A UID in the object
+// answered 201, as if it had never been deleted (a fenced replica's
+// delayed renewal would revive its old session). A UID in the object
 // is a precondition that a missing Lease fails, so no write of the ring can
 // re-create a Lease; the only writes that create one are Creates, which
 // fail if it exists.
@@ -354,4 +365,15 @@ func (ref leaseRef) on(l *coordinationv1.Lease) *coordinationv1.Lease {
 	l.UID = ref.uid
 	l.ResourceVersion = ref.rv
 	return l
+}
+
+// addReport sets AnnotationReport on lease, a membership Lease about to
+// be written, when there is something to report (metrics.go).
+func (l *leaseIO) addReport(lease *coordinationv1.Lease) {
+	if l.annotate == nil {
+		return
+	}
+	if v := l.annotate(); v != "" {
+		lease.Annotations[AnnotationReport] = v
+	}
 }

@@ -3,7 +3,7 @@ package sharding
 import (
 	"context"
 	"errors"
-	"slices"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -12,11 +12,11 @@ import (
 )
 
 // This file is the replica's loop: one goroutine per replica, whatever the
-// number of shards. It wires the rooms together and decides nothing
-// itself: it copies the view (ringview.go), asks decide.go what to do,
-// makes the writes through leases.go, and records their outcome in the
-// runs' ledger (runs.go). Timers are one per replica (the loop's, and the
-// expire timer of the session, member.go).
+// number of shards. It decides nothing itself: it turns events (watch
+// changes, timers, runs returning, the context) into observations, asks
+// the machine (step.go) what to do, and has the executor (exec.go) do it.
+// Timers are one per replica (the loop's, and the expire timer of the
+// session, exec.go).
 //
 // The loop reads the ring from a watch, not from a LIST per period: a
 // reflector keeps r.ring up to date, and every change it delivers wakes
@@ -41,46 +41,38 @@ import (
 // A quiet ring's decisions therefore write nothing, however many renewals
 // the watch delivers.
 
-// Run holds shards until ctx ends: it joins the ring, renews its
-// membership Lease every RetryPeriod, takes and gives up shards to keep the
-// ring balanced, fills the sharded informers with the shards it gains and
-// empties them of those it releases, enqueues every object of a gained
-// shard once the informers have synced it and removes the keys of a shard
-// it gives up. It runs the primary informer when it was built from
-// Config.ListerWatcher, and first waits for the first list of the ring's
-// Leases, which it then watches.
-//
-// When ctx ends, Run leaves gracefully (unless Config.SkipRelease): it
-// stops admitting keys, drains and releases its shards (at most
-// GracePeriod, then their runs are cancelled) and deletes its membership
-// Lease. Each shard is handed over once the member taking it has filled
-// its cache for it (at most HandoffTimeout), so that its keys wait for the
-// drain only. It returns nil then, or an error if the runs did not return
-// within HandoffTimeout + GracePeriod + RenewDeadline, in which case the
-// shards are left to expire.
-//
-// If the API server refuses one kind of request (a verb on a resource:
-// 403 Forbidden, a missing RBAC rule) for LeaseDuration without one
-// success in between, Run leaves the same way, as far as its permissions
-// allow, and returns an error that names the verb and resource and wraps
-// the server's (apierrors.IsForbidden is true of it); see Ready.
-// Run may be called once. It returns an error at once, and may be called
-// again, if Config.ListerWatcher is nil and NewInformer has not built the
-// primary informer yet: without an informer no shard is ever admitted.
-func (r *Replica) Run(ctx context.Context) error {
-	r.mu.Lock()
-	if r.running {
-		r.mu.Unlock()
-		return errors.New("sharding: Run called twice")
-	}
-	if err := r.informerMissing(); err != nil {
-		r.mu.Unlock()
-		return err
-	}
-	r.running = true
-	r.mu.Unlock()
+// loop is the state of Run, touched only by its goroutine: the machine,
+// and what the executor keeps between steps.
+type loop struct {
+	*Replica
+	m      machine
+	expire *time.Timer // calls lose at the session's deadline
+	member leaseRef    // our membership Lease as last written or read; zero if unknown
+	v      view        // the ring for the decision being taken (a copy of ring)
+	// warmUntil is the next time a warm shard expires (sync); zero if none.
+	warmUntil time.Time
+	prev      []int      // the admitted shards at the last sync
+	jitter    *rand.Rand // draws each period's jitter (see period)
+	leaveBy   time.Time  // give up leaving here
+	stopErr   error      // why Run leaves, if not its context
+}
 
-	if r.cfg.ListerWatcher != nil {
+func newLoop(r *Replica) *loop {
+	cfg := r.cfg
+	return &loop{
+		Replica: r,
+		m: newMachine(machineConf{self: cfg.Identity, ring: cfg.Name, namespace: cfg.Namespace,
+			own: ringConf{shards: r.shards, field: r.field}, leaseDuration: cfg.LeaseDuration,
+			handoffWait: cfg.HandoffTimeout, grace: cfg.GracePeriod}),
+		// Seeded by the replica's identity: distinct replicas drift
+		// apart, and a test in simulated time replays the same periods.
+		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
+	}
+}
+
+// run is Run's body, once the replica is marked running.
+func (l *loop) run(ctx context.Context) error {
+	if l.cfg.ListerWatcher != nil {
 		// Run runs the primary informer, built from ListerWatcher. It
 		// stops once the loop has returned: a leaving
 		// replica's runs read it until its shards are released.
@@ -88,26 +80,26 @@ func (r *Replica) Run(ctx context.Context) error {
 		stopped := make(chan struct{})
 		go func() {
 			defer close(stopped)
-			r.primary.Run(stop)
+			l.primary.Run(stop)
 		}()
 		defer func() {
 			close(stop)
 			<-stopped
 		}()
 	}
-	stopWatch, synced, err := r.watchRing(ctx)
+	stopWatch, synced, err := l.watchRing(ctx)
 	defer stopWatch()
 	if !synced {
 		return err
 	}
-	if err := r.claimRing(ctx); err != nil || ctx.Err() != nil { // another shard count or field: shardcount.go
+	if err := l.claimRing(ctx); err != nil || ctx.Err() != nil { // another field: shardcount.go
 		return err
 	}
 
 	api := context.WithoutCancel(ctx)
 	defer func() {
-		if r.expire != nil {
-			r.expire.Stop()
+		if l.expire != nil {
+			l.expire.Stop()
 		}
 	}()
 	done := ctx.Done()
@@ -119,76 +111,74 @@ func (r *Replica) Run(ctx context.Context) error {
 		select {
 		case <-done:
 			done = nil
-			if r.cfg.SkipRelease {
-				r.runs.abandon()
+			if l.cfg.SkipRelease {
+				l.runs.abandon()
 				return nil
 			}
-			r.leave(api)
+			l.leave(api)
 		case <-timer.C:
-		case <-r.wake:
-		case <-r.ring.changes():
+		case <-l.wake:
+		case <-l.ring.changes():
 			changed = true
 		}
 		var permsDue time.Time
 		if done != nil {
-			if permsDue = r.checkPermissions(time.Now()); r.stopErr != nil {
+			if permsDue = l.checkPermissions(time.Now()); l.stopErr != nil {
 				done = nil
-				if r.cfg.SkipRelease {
-					r.runs.abandon()
-					return r.stopErr
+				if l.cfg.SkipRelease {
+					l.runs.abandon()
+					return l.stopErr
 				}
-				r.leave(api)
+				l.leave(api)
 			}
 		}
 		now := time.Now()
 		if !now.Before(next) {
-			next = now.Add(r.period())
-			r.tick(api)
+			next = now.Add(l.period())
+			l.tick(api)
 		} else {
-			r.react(api, now, changed)
+			l.react(api, now, changed)
 		}
-		r.sync() // before progress: keys are removed before a release
-		wakeAt := r.progress(api)
-		r.sync()
-		if r.runs.leaving() {
-			if finished, err := r.leaveDone(api); finished {
+		l.sync() // before progress: keys are removed before a release
+		wakeAt := l.progress(api)
+		l.sync()
+		if l.runs.leaving() {
+			if finished, err := l.leaveDone(api); finished {
 				switch {
-				case r.stopErr == nil:
+				case l.stopErr == nil:
 					return err
 				case err == nil:
-					return r.stopErr
+					return l.stopErr
 				}
-				return errors.Join(r.stopErr, err)
+				return errors.Join(l.stopErr, err)
 			}
-			wakeAt = earliest(wakeAt, r.leaveBy)
+			wakeAt = earliest(wakeAt, l.leaveBy)
 		}
-		for _, t := range []time.Time{next, r.fenceAt, permsDue, r.warmUntil, r.plans.handoffAt} {
+		for _, t := range []time.Time{next, l.m.wakeAt(), permsDue, l.warmUntil} {
 			wakeAt = earliest(wakeAt, t)
 		}
 		timer.Reset(time.Until(wakeAt))
 	}
 }
 
-// earliest returns the earlier of a and b, ignoring a zero one.
-func earliest(a, b time.Time) time.Time {
-	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
-		return b
-	}
-	return a
+// stop records why Run leaves the ring, if not its context.
+func (l *loop) stop(err error) {
+	l.stopErr = err
+	l.m.stopped = true
 }
 
-// checkPermissions sets r.stopErr once a kind of request has been refused
+// checkPermissions sets l.stopErr once a kind of request has been refused
 // for LeaseDuration (forbidden.go), and returns when the next one falls
 // due (zero if none).
-func (r *Replica) checkPermissions(now time.Time) time.Time {
-	if r.stopErr != nil {
+func (l *loop) checkPermissions(now time.Time) time.Time {
+	if l.stopErr != nil {
 		return time.Time{}
 	}
-	due, err := r.perms.overdue(now, r.cfg.LeaseDuration)
+	due, err := l.perms.overdue(now, l.cfg.LeaseDuration)
 	if err != nil {
-		r.stopErr = err
+		l.stop(err)
 		klog.ErrorS(err, "sharding: leaving the ring: a request it needs has been refused for LeaseDuration",
-			"ring", r.cfg.Name, "identity", r.cfg.Identity, "namespace", r.cfg.Namespace)
+			"ring", l.cfg.Name, "identity", l.cfg.Identity, "namespace", l.cfg.Namespace)
 	}
 	return due
 }
@@ -197,10 +187,10 @@ func (r *Replica) checkPermissions(now time.Time) time.Time {
 // first list is in. It returns a function that stops the watch and waits
 // for it, and false if ctx ended first (with a nil error) or the list was
 // refused for LeaseDuration (with that error).
-func (r *Replica) watchRing(ctx context.Context) (stop func(), synced bool, err error) {
+func (l *loop) watchRing(ctx context.Context) (stop func(), synced bool, err error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { r.ring.watch(wctx, r.io.listWatch(), r.cfg.Client) })
+	wg.Go(func() { l.ring.watch(wctx, l.io.listWatch(), l.cfg.Client) })
 	stop = func() {
 		cancel()
 		wg.Wait()
@@ -208,302 +198,172 @@ func (r *Replica) watchRing(ctx context.Context) (stop func(), synced bool, err 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if due := r.checkPermissions(time.Now()); !due.IsZero() {
+		if due := l.checkPermissions(time.Now()); !due.IsZero() {
 			timer.Reset(time.Until(due))
 		}
-		if r.stopErr != nil {
-			return stop, false, r.stopErr
+		if l.stopErr != nil {
+			return stop, false, l.stopErr
 		}
 		select {
-		case <-r.ring.hasSynced():
+		case <-l.ring.hasSynced():
 			return stop, true, nil
 		case <-ctx.Done():
 			return stop, false, nil
-		case <-r.wake:
+		case <-l.wake:
 		case <-timer.C:
 		}
 	}
 }
 
 // period returns the time to the next tick: RetryPeriod plus a jitter
-// drawn from [0, jitterMax] (decide.go).
-func (r *Replica) period() time.Duration {
-	return r.cfg.RetryPeriod + time.Duration(r.jitter.Int64N(int64(jitterMax(r.cfg.RetryPeriod, r.cfg.RenewDeadline))+1))
+// drawn from [0, jitterMax] (session.go).
+func (l *loop) period() time.Duration {
+	return l.cfg.RetryPeriod + time.Duration(l.jitter.Int64N(int64(jitterMax(l.cfg.RetryPeriod, l.cfg.RenewDeadline))+1))
 }
 
 // tick is one period of the loop: renew, then decide on the ring as the
 // watch has it.
-func (r *Replica) tick(api context.Context) {
-	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
+func (l *loop) tick(api context.Context) {
+	ctx, cancel := context.WithTimeout(api, l.cfg.RenewDeadline)
 	defer cancel()
-	r.tried.reset()
-	r.renew(ctx)
-	r.decide(ctx, true)
+	l.m.newTick()
+	l.renew(ctx)
+	l.decide(ctx, true)
 }
 
 // react decides between ticks, when the ring changed or a fence or a
 // planned move's bound is due; a wake-up for anything else (a run
 // returned) decides nothing.
-func (r *Replica) react(api context.Context, now time.Time, changed bool) {
+func (l *loop) react(api context.Context, now time.Time, changed bool) {
 	due := func(t time.Time) bool { return !t.IsZero() && !now.Before(t) }
-	if !changed && !due(r.fenceAt) && !due(r.plans.handoffAt) {
+	if !changed && !due(l.m.fenceAt) && !due(l.m.plans.handoffAt) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
+	ctx, cancel := context.WithTimeout(api, l.cfg.RenewDeadline)
 	defer cancel()
-	r.decide(ctx, false)
+	l.decide(ctx, false)
 }
 
-// decide fences the members that stopped renewing, brings the local shard
-// states in line with the ring, then moves towards this replica's fair
-// share: it fills the shards planned for it (prefetch), hands over those
-// planned for others once their taker has synced them (handoffs), and
-// takes free shards. At a tick it also counts the tick for a newcomer's
-// wait (see moves). A leaving replica only hands over.
-func (r *Replica) decide(ctx context.Context, tick bool) {
+// decide takes one decision: it copies the view, has the machine check it
+// (a refusal, fences), the ledger adopt it, and the machine step on it,
+// and carries out each half's actions (exec.go).
+func (l *loop) decide(ctx context.Context, tick bool) {
 	// The changes that led here are all in the copy taken now; drop the
 	// pending poke so that they do not wake the loop again.
-	r.ring.consume()
-	v := &r.v
-	r.ring.snapshot(v)
-	if r.checkRing(v) { // another shard count or field: shardcount.go
-		return
-	}
+	l.ring.consume()
+	v := &l.v
+	l.ring.snapshot(v)
 	now := time.Now()
-	r.fence(ctx, v, now)
-	if !r.runs.adopt(v, r.cfg.Identity, r.tried.unknown, now) {
-		klog.V(2).InfoS("sharding: the ring no longer shows this replica's session: its shards are lost", "ring", r.cfg.Name, "identity", r.cfg.Identity)
-		r.lose(true)
+	fence, refuse := l.m.check(v, now)
+	if refuse != nil { // another field, or a ring mixed outside its protocol: shardcount.go
+		l.refuseRing(refuse)
+		l.stop(refuse)
+		l.poke()
 		return
 	}
-	st := r.runs.status()
-	if !st.alive {
-		r.plans.reset(r.shards)
+	l.fence(ctx, fence)
+	if !l.runs.adopt(v, l.cfg.Identity, l.m.tried.unknown, now) {
+		klog.V(2).InfoS("sharding: the ring no longer shows this replica's session: its shards are lost", "ring", l.cfg.Name, "identity", l.cfg.Identity)
+		l.lose(true)
 		return
 	}
-	if tick && !st.leaving {
-		r.aliveFor++
-	}
-	mode := r.reshape(ctx, v) // a switch of the ring's count: shardcount.go
-	b := balanceOf(v, r.shards)
-	to := b.plan(v)
-	r.plans.update(to, now)
-	k, counted := slices.BinarySearch(b.ids, r.cfg.Identity)
-	r.plans.counted = counted && v.members[r.cfg.Identity].session == st.session
-	if r.plans.counted {
-		r.plans.share = b.share(k)
-	}
-	active, _ := r.runs.states()
-	give, acquire := moves(v, b, to, r.cfg.Identity, r.aliveFor, active, r.tried.shard)
-	drain, next := handoffs(v, to, give, r.plans.since, now, r.handoffWait())
-	r.plans.handoffAt = next
-	if st.leaving {
-		// Leaving, the shards no one is planned to take (no other member
-		// counts, or the view does not show the leave yet) are given up
-		// at once, as are all of them once the leave's bound is over.
-		r.plans.prefetch, acquire = nil, nil
-		bound := r.leaveAt.Add(r.handoffWait())
-		for _, i := range active {
-			if to[i] == "" || !now.Before(bound) {
-				drain = append(drain, i)
-			}
-		}
-		if now.Before(bound) { // a bound past would wake the loop at once, for ever
-			r.plans.handoffAt = earliest(r.plans.handoffAt, bound)
-		}
-	} else {
-		r.plans.prefetch = prefetch(v, to, r.cfg.Identity)
-	}
-	if mode != modeLive {
-		// The ring's count is switching away from this replica's
-		// (closing) or is another (waiting): no shard of this count is
-		// taken, and an active one is given up at once, with no taker
-		// (its release seals it, shardcount.go). Waiting, the replica
-		// fills the share it will be dealt once the ring has its count.
-		acquire, drain, to = nil, active, make([]string, len(to))
-		r.plans.handoffAt, r.plans.prefetch = time.Time{}, nil
-		if mode == modeWaiting && !st.leaving && counted {
-			r.plans.prefetch = b.deal(v)[k]
-		}
-	}
-	if len(drain) > 0 {
-		for _, i := range drain {
-			r.plans.giveTo[i] = to[i]
-		}
-		klog.V(2).InfoS("sharding: handing shards over", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shards", drain)
-		r.runs.drain(drain, now.Add(r.cfg.GracePeriod))
-	}
-	for _, i := range acquire {
-		r.acquire(ctx, i, v.shards[i], st.session)
-	}
-}
-
-// handoffWait is how long a holder keeps admitting a shard planned for
-// another member that has not said it synced it (handoffs, decide.go):
-// Config.HandoffTimeout, by default LeaseDuration, the time a crash move
-// waits anyway.
-func (r *Replica) handoffWait() time.Duration { return r.cfg.HandoffTimeout }
-
-// planned is the loop's record of the ring's planned moves (decide.go,
-// plan). Touched only by the loop goroutine.
-type planned struct {
-	to    []string    // the plan at the last decision
-	since []time.Time // when shard i was first seen planned for to[i]
-	// giveTo[i] is the taker a draining shard was handed over to, named
-	// in its release (annotationNext); "" none.
-	giveTo []string
-	// prefetch are the shards filled for a planned move, not held;
-	// synced those of them every sharded informer has synced (sync.go),
-	// written with the next membership write (memberMark).
-	prefetch, synced []int
-	handoffAt        time.Time // the next handoffWait bound due; zero if none
-	// counted is whether this replica's session counted in the ring at
-	// the last decision (counts, decide.go), and share its share then.
-	counted bool
-	share   int
-	// mode is the replica's mode in the ring at the last decision
-	// (shardcount.go), kept across reset (a lapse does not change the
-	// ring's count).
-	mode ringMode
-}
-
-// reset forgets the plan (the session is over: nothing is prefetched).
-func (p *planned) reset(shards int) {
-	p.to, p.since, p.giveTo = make([]string, shards), make([]time.Time, shards), make([]string, shards)
-	p.prefetch, p.synced, p.handoffAt, p.counted = nil, nil, time.Time{}, false
-}
-
-// update records the plan to, decided at now.
-func (p *planned) update(to []string, now time.Time) {
-	if len(p.to) != len(to) {
-		p.reset(len(to))
-	}
-	for i := range to {
-		if to[i] != p.to[i] {
-			p.to[i], p.since[i] = to[i], now
-		}
-	}
-}
-
-// fence deletes the membership Lease of every member fences (decide.go)
-// finds due (ownership case 3), and drops it from v: its shards are free.
-// The delete is conditioned on the UID and resourceVersion seen, as the
-// member's renewals are, so exactly one of the two wins: a member whose
-// renewal wins keeps its Lease, and the watch delivers the new version; a
-// renewal that comes after the fence is refused, and cannot re-create the
-// Lease. It sets r.fenceAt to the next instant a fence may be due.
-func (r *Replica) fence(ctx context.Context, v *view, now time.Time) {
-	due, next := fences(v, r.cfg.Identity, r.cfg.LeaseDuration, now, r.tried.fence)
-	r.fenceAt = next
-	for _, id := range due {
-		ref := v.members[id].ref
-		err := r.io.deleteMember(ctx, id, ref)
-		if err == nil || apierrors.IsNotFound(err) {
-			klog.V(2).InfoS("sharding: fenced a member that stopped renewing", "ring", r.cfg.Name, "identity", r.cfg.Identity, "member", id)
-			v.dropMember(id)
-			r.ring.forget(id, ref)
-			r.fenced()
-			continue
-		}
-		r.tried.fence[id] = ref
-	}
-}
-
-// acquire writes shard i's Lease to name this replica and its session, on
-// the condition that it is still the object and version v showed (or
-// still missing: a create, which fails if another replica was faster).
-func (r *Replica) acquire(ctx context.Context, i int, s shardInfo, session string) {
-	out, err := r.io.acquireShard(ctx, i, s, session, time.Now())
-	if err != nil {
-		// Someone else was faster (the watch brings its version), or the
-		// API failed, maybe after the write landed.
-		r.tried.shard[i] = versionOf(s)
-		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
-			r.tried.unknown[i] = session
-		}
-		return
-	}
-	r.ring.upsert(out) // our write, from the server's answer
-	r.runs.acquired(i, session)
-	r.gained()
-	klog.V(2).InfoS("sharding: acquired a shard", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shard", i)
-}
-
-// progress releases the draining shards whose runs have all returned and
-// cancels the runs of those whose grace period is over (drainStep). It
-// returns when it next needs to run (the earliest grace end still ahead),
-// or zero.
-func (r *Replica) progress(api context.Context) time.Time {
-	now := time.Now()
-	release, session, wakeAt := r.runs.drainScan(now)
-	if len(release) == 0 {
-		return wakeAt
-	}
-	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
-	defer cancel()
-	seal := -1 // the ring switches away from this count: seal each release
-	if ri := r.ring.ringInfo(); modeOf(ri, r.shards) != modeLive {
-		seal = ri.gen
-	}
-	for _, i := range release {
-		s := r.ring.shard(i)
-		if !mayRelease(s, r.cfg.Identity, session, r.tried.shard[i]) {
-			continue
-		}
-		out, err := r.io.releaseShard(ctx, i, s.ref, r.plans.giveTo[i], seal, now)
-		if err != nil {
-			// Changed or deleted under us (a deleted Lease answers 409
-			// too, for the UID): the session is over, or this is our own
-			// earlier release whose answer was lost. Either way the
-			// watch brings the newer version, and adopt frees the shard
-			// then: freeing it now, while the view may still show the
-			// version that names us, would let adopt take it back.
-			// Another failure is retried after the next tick.
-			r.tried.shard[i] = versionOf(s)
-			continue
-		}
-		r.ring.upsert(out) // our write, from the server's answer
-		r.runs.released(i)
-		r.plans.giveTo[i] = ""
-		r.released()
-		klog.V(2).InfoS("sharding: released a shard", "ring", r.cfg.Name, "identity", r.cfg.Identity, "shard", i)
-	}
-	return wakeAt
+	active, _ := l.runs.states()
+	a := l.m.Step(observation{now: now, tick: tick, v: v, session: l.runs.status(), active: active})
+	l.carryOut(ctx, a)
 }
 
 // leave starts a graceful leave: it announces it in a membership write
 // (annotationLeaving), one more than the period's, so that the others
-// plan its shards and fill their caches for them; decide then hands each
-// over once its taker has synced it, or once handoffWait has passed.
-func (r *Replica) leave(api context.Context) {
+// plan its shards and fill their caches for them; the machine then hands
+// each over once its taker has synced it, or once HandoffTimeout has
+// passed.
+func (l *loop) leave(api context.Context) {
 	now := time.Now()
-	r.leaveAt = now
-	if r.stopErr != nil {
+	l.m.leaveAt = now
+	if l.stopErr != nil {
 		// Refused by the API server: hand nothing over, leave now.
-		r.leaveAt = now.Add(-r.handoffWait())
+		l.m.leaveAt = now.Add(-l.cfg.HandoffTimeout)
 	}
-	r.leaveBy = now.Add(r.leaveAt.Sub(now) + r.handoffWait() + r.cfg.GracePeriod + r.cfg.RenewDeadline)
-	r.runs.leave()
-	ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
+	l.leaveBy = now.Add(l.m.leaveAt.Sub(now) + l.cfg.HandoffTimeout + l.cfg.GracePeriod + l.cfg.RenewDeadline)
+	l.runs.leave()
+	ctx, cancel := context.WithTimeout(api, l.cfg.RenewDeadline)
 	defer cancel()
-	r.renew(ctx)
+	l.renew(ctx)
 }
 
 // leaveDone finishes a leave once no shard is held and no run is in flight
 // (deleting the membership Lease), or gives up at leaveBy.
-func (r *Replica) leaveDone(api context.Context) (bool, error) {
-	if r.runs.busy() {
-		if !time.Now().Before(r.leaveBy) {
-			r.runs.abandon()
+func (l *loop) leaveDone(api context.Context) (bool, error) {
+	if l.runs.busy() {
+		if !time.Now().Before(l.leaveBy) {
+			l.runs.abandon()
 			return true, errors.New("sharding: runs still in flight after HandoffTimeout + GracePeriod + RenewDeadline; shards left to expire")
 		}
 		return false, nil
 	}
-	r.lose(true)
-	if r.member.known() {
-		ctx, cancel := context.WithTimeout(api, r.cfg.RenewDeadline)
+	l.lose(true)
+	if l.member.known() {
+		ctx, cancel := context.WithTimeout(api, l.cfg.RenewDeadline)
 		defer cancel()
-		_ = r.io.deleteMember(ctx, r.cfg.Identity, r.member) // others fence it if this fails
+		_ = l.io.deleteMember(ctx, l.cfg.Identity, l.member) // others fence it if this fails
 	}
 	return true, nil
+}
+
+// claimRing makes sure, before the replica's first membership write, that
+// the ring has a Lease and this replica's field: from the view (its first
+// list is in), or by creating the ring's Lease with this replica's count.
+// It returns nil once the ring agrees (its count may differ: the replica
+// then waits, modeWaiting); the refusal (a mismatchError, recorded by refuseRing) if it
+// does not; nil too if ctx ends first; and l.stopErr if a request it
+// needs is refused for LeaseDuration (forbidden.go). A Create that fails
+// otherwise is tried again a RetryPeriod later.
+func (l *loop) claimRing(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	created := false // a Create answered AlreadyExists: wait for the watch
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+			created = false
+		case <-l.ring.changes():
+		case <-l.wake:
+		}
+		l.ring.snapshot(&l.v)
+		if err := ringConflict(&l.v, l.cfg.Name, l.cfg.Namespace, l.cfg.Identity, l.m.conf.own); err != nil {
+			l.refuseRing(err)
+			return err
+		}
+		if l.v.ringLease.exists {
+			return nil
+		}
+		wait := l.cfg.RetryPeriod
+		if due := l.checkPermissions(time.Now()); l.stopErr != nil {
+			return l.stopErr
+		} else if !due.IsZero() {
+			wait = min(wait, time.Until(due))
+		}
+		if created {
+			timer.Reset(wait)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, l.cfg.RenewDeadline)
+		out, err := l.io.createRing(cctx, time.Now())
+		cancel()
+		switch {
+		case err == nil:
+			l.ring.upsert(out) // our write, from the server's answer
+			klog.V(2).InfoS("sharding: created the ring's Lease", "ring", l.cfg.Name, "identity", l.cfg.Identity, "shards", l.shards, "field", l.field)
+			return nil
+		case apierrors.IsAlreadyExists(err):
+			// Another replica created it first: the watch delivers
+			// it, within a RetryPeriod, or the Create is tried again.
+			created = true
+		default:
+			klog.V(2).InfoS("sharding: creating the ring's Lease failed", "ring", l.cfg.Name, "identity", l.cfg.Identity, "err", err)
+		}
+		timer.Reset(wait)
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/go-coalesce/workqueue/sharding/internal/shardcache"
@@ -19,7 +17,7 @@ import (
 // of its shards that each membership write carries for the other
 // replicas' ring pages (AnnotationReport). The loop calls observe after
 // each sync; the events are counted where they happen, by one call each
-// (loop.go, member.go, replica.go, ringview.go, informer.go).
+// (exec.go, replica.go, ringview.go, informer.go).
 
 // Gauge is the one method of a metric the replica sets. A
 // prometheus.Gauge satisfies it.
@@ -155,9 +153,10 @@ type heldShard struct {
 	objects int
 }
 
-// observer is what observe keeps between calls. Its zero value is
-// usable. Touched only by the loop goroutine, but for mu's fields.
+// observer is what observe keeps between calls. New sets its cfg.
+// Touched only by the loop goroutine, but for mu's fields.
 type observer struct {
+	cfg       *Config     // the replica's, set by New
 	last      []heldShard // as last told to PerShard, by shard
 	objectsAt time.Time   // when objects were last counted
 	streak    int         // membership writes failed in a row
@@ -170,12 +169,11 @@ type observer struct {
 // observe refreshes the per-shard view and the report after the loop's
 // sync: the shards held, their states, and (at most once per RetryPeriod,
 // or when a state changed) their objects.
-func (r *Replica) observe() {
-	o := &r.obs
-	active, draining := r.runs.states()
-	admitted := r.runs.active()
+func (o *observer) observe(runs *ledger, inf *informer) {
+	active, draining := runs.states()
+	admitted := runs.active()
 	now := time.Now()
-	refresh := o.objectsAt.IsZero() || now.Sub(o.objectsAt) >= r.cfg.RetryPeriod
+	refresh := o.objectsAt.IsZero() || now.Sub(o.objectsAt) >= o.cfg.RetryPeriod
 	held := make([]heldShard, 0, len(active)+len(draining))
 	prev := make(map[int]heldShard, len(o.last))
 	for _, h := range o.last {
@@ -199,13 +197,13 @@ func (r *Replica) observe() {
 		add(s, stateDraining)
 	}
 	slices.SortFunc(held, func(a, b heldShard) int { return a.shard - b.shard })
-	if inf := r.primaryInformer(); refresh && inf != nil {
+	if refresh && inf != nil {
 		o.objectsAt = now
 		for i := range held {
 			held[i].objects = len(inf.ByShard(held[i].shard))
 		}
 	}
-	if m := r.cfg.Metrics.PerShard; m != nil {
+	if m := o.cfg.Metrics.PerShard; m != nil {
 		now := make(map[int]bool, len(held))
 		for _, h := range held {
 			now[h.shard] = true
@@ -287,57 +285,37 @@ func parseReport(v string, shards int) []heldShard {
 	return out
 }
 
-// addReport sets AnnotationReport on lease, a membership Lease about to
-// be written, when there is something to report.
-func (l *leaseIO) addReport(lease *coordinationv1.Lease) {
-	if l.annotate == nil {
-		return
-	}
-	if v := l.annotate(); v != "" {
-		lease.Annotations[AnnotationReport] = v
-	}
-}
-
 // The event hooks: each is called at the one place its event happens.
 
-// gained, released and fenced count one event each.
-func (r *Replica) gained()   { inc(r.cfg.Metrics.Gained) }
-func (r *Replica) released() { inc(r.cfg.Metrics.Released) }
-func (r *Replica) fenced()   { inc(r.cfg.Metrics.Fences) }
-
 // listed counts a list of resource for cause.
-func (r *Replica) listed(resource, cause string) {
-	if f := r.cfg.Metrics.Lists; f != nil {
+func (o *observer) listed(resource, cause string) {
+	if f := o.cfg.Metrics.Lists; f != nil {
 		inc(f(resource, cause))
 	}
 }
 
 // ringListed counts a list of the ring's Leases: its first, or a relist.
-func (r *Replica) ringListed(first bool) {
+func (o *observer) ringListed(first bool) {
 	cause := shardcache.ListRelist
 	if first {
 		cause = shardcache.ListInitial
 	}
-	r.listed("leases", cause)
+	o.listed("leases", cause)
 }
 
-// sessionEnded is told that the ledger ended a live session; forced is
-// false when its deadline passed (no membership write answered within
-// RenewDeadline), true when the ring showed it over (fenced) or the
-// replica left. A lapse is logged at default verbosity and counted; a
-// leave is neither.
-func (r *Replica) sessionEnded(forced bool) {
-	if r.runs.leaving() {
-		return
-	}
+// lapse is told that the ledger ended a live session while the replica
+// was not leaving; forced is false when its deadline passed (no
+// membership write answered within RenewDeadline), true when the ring
+// showed it over (fenced). It is logged at default verbosity and counted.
+func (o *observer) lapse(forced bool) {
 	cause := lapseDeadline
 	msg := "sharding: session lapsed: no membership write answered within RenewDeadline; the replica stops admitting keys, cancels its runs and joins again once the API server answers"
 	if forced {
 		cause = lapseFenced
 		msg = "sharding: session over: the ring no longer shows this replica's membership Lease in its session (another replica fenced it); the replica stops admitting keys and joins again"
 	}
-	klog.ErrorS(nil, msg, "ring", r.cfg.Name, "identity", r.cfg.Identity, "renewDeadline", r.cfg.RenewDeadline)
-	if f := r.cfg.Metrics.Lapses; f != nil {
+	klog.ErrorS(nil, msg, "ring", o.cfg.Name, "identity", o.cfg.Identity, "renewDeadline", o.cfg.RenewDeadline)
+	if f := o.cfg.Metrics.Lapses; f != nil {
 		inc(f(cause))
 	}
 }
@@ -348,11 +326,10 @@ func (r *Replica) sessionEnded(forced bool) {
 // within a period, not only when its session lapses), the others at
 // V(2); the first answer after failures is logged at default verbosity
 // too.
-func (r *Replica) memberWrite(err error) {
-	o := &r.obs
+func (o *observer) memberWrite(err error) {
 	if err == nil {
 		if o.streak > 0 {
-			klog.InfoS("sharding: the API server answers the membership writes again", "ring", r.cfg.Name, "identity", r.cfg.Identity, "failedInARow", o.streak)
+			klog.InfoS("sharding: the API server answers the membership writes again", "ring", o.cfg.Name, "identity", o.cfg.Identity, "failedInARow", o.streak)
 		}
 		o.streak = 0
 		return
@@ -360,16 +337,8 @@ func (r *Replica) memberWrite(err error) {
 	o.streak++
 	if o.streak == 1 {
 		klog.ErrorS(err, "sharding: a membership write failed: the API server may be unreachable; the session lapses RenewDeadline after the last answered write unless one is answered",
-			"ring", r.cfg.Name, "identity", r.cfg.Identity, "renewDeadline", r.cfg.RenewDeadline)
+			"ring", o.cfg.Name, "identity", o.cfg.Identity, "renewDeadline", o.cfg.RenewDeadline)
 		return
 	}
-	klog.V(2).InfoS("sharding: membership write failed", "ring", r.cfg.Name, "identity", r.cfg.Identity, "failedInARow", o.streak, "err", err)
-}
-
-// microTime returns t's time, or zero for nil.
-func microTime(t *metav1.MicroTime) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return t.Time
+	klog.V(2).InfoS("sharding: membership write failed", "ring", o.cfg.Name, "identity", o.cfg.Identity, "failedInARow", o.streak, "err", err)
 }

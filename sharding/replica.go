@@ -1,54 +1,9 @@
-// Package sharding runs one controller on many replicas: the keys of a
-// workqueue are split into shards, ranges of a 64-bit FNV-1a hash of each
-// object's UID or namespace (KEP-5866's shardRange), and each replica
-// processes only the keys of the shards it holds. Replicas coordinate
-// through coordination.k8s.io/v1 Leases in one namespace and nothing else:
-// no replica is special and there is no separate sharder.
-//
-// A replica owns the cache of the sharded resource: it lists and watches
-// only the objects of the shards it holds (server-side, with KEP-5866's
-// ListOptions.ShardSelector, where the API server honours it; otherwise
-// one full watch filtered on the client), and admits a shard's keys only
-// once that cache has synced the shard.
-//
-//	import (
-//		"k8s.io/apimachinery/pkg/runtime"
-//		"k8s.io/apimachinery/pkg/watch"
-//		appslisters "k8s.io/client-go/listers/apps/v1"
-//		"k8s.io/client-go/tools/cache"
-//	)
-//
-//	deployments := client.AppsV1().Deployments(metav1.NamespaceAll)
-//	r, err := sharding.New(sharding.Config{
-//		Client: client, Namespace: "kube-system", Name: "my-controller",
-//		Identity: podName, Queue: q,
-//		Object: &appsv1.Deployment{},
-//		// Over the typed client, which client-go's fake clientset serves too.
-//		ListerWatcher: &cache.ListWatch{
-//			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-//				return deployments.List(ctx, o)
-//			},
-//			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-//				return deployments.Watch(ctx, o)
-//			},
-//		},
-//	})
-//	if err != nil {
-//		return err
-//	}
-//	lister := appslisters.NewDeploymentLister(r.Informer().GetIndexer()) // only the held shards' objects
-//	go r.Run(ctx)                                                         // holds shards, fills the cache, feeds q
-//	return workqueue.Run(ctx, q, 4, r.Handler(syncDeployment))           // runs only owned keys
-//
-// docs/contract.md gives the contract and the timing assumption,
-// docs/measured.md a scaling sheet.
 package sharding
 
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"reflect"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,70 +17,13 @@ import (
 // its loop with Run and wrap the controller's handler with Handler. Its
 // methods are safe for concurrent use; the zero Replica is not usable.
 //
-// # Ownership, and why two replicas never run one key at once
-//
-// Each replica keeps one membership Lease, renewed every RetryPeriod with
-// an update conditioned on its resourceVersion; each shard has a shard
-// Lease that names its holder and the holder's session (a random token
-// that changes whenever the holder loses continuity). A shard Lease is
-// written only when the shard moves, so a quiet ring writes one Lease per
-// replica per RetryPeriod, whatever S is. A shard is held by the replica it
-// names as long as that replica's membership Lease exists with the same
-// session. Nobody ever overwrites the shard Lease of a live holder: a
-// replica acquires a shard (a conditional update) only if its Lease is
-// empty, or its holder's membership Lease is gone, or carries another
-// session.
-//
-// A replica runs a key only while it is alive — less than RenewDeadline
-// has passed since it sent its last successful renewal — and holds the
-// key's shard; Handler checks both under the replica's lock at every run's
-// start, and a timer cancels every run when RenewDeadline passes. The
-// shard then becomes free for another replica in exactly one of three
-// ways, each after the holder has stopped:
-//
-//  1. The holder releases it: it stops admitting the shard's keys, removes
-//     them from the queue, lets its runs finish (cancelling them after
-//     GracePeriod), and only when none is left empties the shard Lease.
-//  2. The holder starts a new session after losing continuity: it does so
-//     only once every run of the old session has returned.
-//  3. Another replica fences the holder, deleting its membership Lease on
-//     the condition that its UID and resourceVersion are still the ones it
-//     first saw LeaseDuration ago (when its watch delivered them). The
-//     holder's renewal, if any, is conditioned
-//     on the same UID and resourceVersion (without the UID, a renewal that
-//     reached the API server after the fence would re-create the Lease:
-//     Leases allow create-on-update), so exactly one of the two succeeds:
-//     if the renewal did, the fence fails; if the fence did, the holder's
-//     last successful renewal is the one the fencer saw, which was sent
-//     before the fencer first saw it, so the holder stopped at most
-//     RenewDeadline after that, while the fencer waited LeaseDuration.
-//
-// A replica renews its session only while it is alive; once RenewDeadline
-// has passed without an answered write it writes only joins, each with a
-// new session (renewTime = acquireTime on the Lease), until one is
-// answered. The others give a share only to members whose Lease is a
-// renewal, which proves its writer was answered in that session. So a
-// replica whose requests land but whose answers are lost, and which can
-// therefore never take a shard, holds no share for long: either its Lease
-// stops changing and case 3 fences it, or its joins land, free its old
-// shards (case 2) and get no share (issue #14).
-//
-// The replica sees the ring through a watch, which may lag behind the
-// server or restart with a relist; none of this rests on the view being
-// fresh. Every write carries the UID and resourceVersion of the version it
-// was decided on, so the server refuses it once that version is gone; the
-// facts that free a shard (its holder's membership Lease deleted, or
-// naming another session) never become false again, so a decision on an
-// old view that they hold is still right, or its write is refused; and a
-// watch delivers a version only after its write was sent, which is all
-// case 3 needs of "first saw".
-//
-// Case 3 rests on the timing assumption of client-go's leader election:
-// clocks advance at nearly the same rate, and LeaseDuration − RenewDeadline
-// covers the drift over LeaseDuration plus the time a cancelled handler
-// takes to return. A handler that ignores its context's cancellation for
-// longer can overlap with the next holder; nothing outside the process can
-// stop it.
+// A replica runs a key only while its session is alive (less than
+// RenewDeadline since it sent its last answered membership write) and it
+// holds the key's shard; no two replicas run keys of overlapping hash
+// ranges at once, under client-go leader election's timing assumption
+// (clocks advance at nearly the same rate, and a cancelled handler
+// returns). docs/contract.md says why ("Why two replicas never run one
+// key at once").
 type Replica struct {
 	cfg    Config
 	field  string
@@ -143,28 +41,12 @@ type Replica struct {
 	ring  *ringView   // the ring's Leases as the watch delivers them (ringview.go)
 	io    *leaseIO    // every Lease request (leases.go)
 	perms permissions // refused requests (forbidden.go)
-	// refusal is set once the ring shows another shard count or field
-	// (shardcount.go).
+	// refusal is set once the ring shows another field, or was mixed
+	// outside its protocol (shardcount.go).
 	refusal mismatch
 	obs     observer // what the replica reports of itself (metrics.go)
-
-	// Touched only by the loop goroutine (Run, loop.go and member.go).
-	expire    *time.Timer // calls lose at the session's deadline
-	member    leaseRef    // our membership Lease as last written or read; zero if unknown
-	v         view        // the ring for the decision being taken (a copy of ring)
-	fenceAt   time.Time   // the next time a member may be fenced; zero if none
-	warmUntil time.Time   // the next time a warm shard expires (sync.go); zero if none
-	tried     tried       // writes that failed since the last tick (decide.go)
-	prev      []int       // the admitted shards at the last sync
-	aliveFor  int         // ticks since the session began
-	jitter    *rand.Rand  // draws each period's jitter (see period)
-	// sessionStart is when the join that started the session was sent:
-	// the acquireTime of every renewal of the session.
-	sessionStart time.Time
-	plans        planned   // the ring's planned moves (loop.go)
-	leaveAt      time.Time // when the leave began
-	leaveBy      time.Time // give up leaving here
-	stopErr      error     // why Run leaves, if not its context (forbidden.go)
+	// Run's state (the machine, step.go, and the loop, loop.go) is its
+	// own: touched only by Run's goroutine.
 
 	withoutUID atomic.Int64 // objects added without a UID (checkUID)
 	// share is whether the replica's share has been filled (Ready): set
@@ -196,16 +78,13 @@ func New(cfg Config) (*Replica, error) {
 		shards: cfg.Shards,
 		wake:   make(chan struct{}, 1),
 		ring:   newRingView(cfg.Name, cfg.Shards),
-		tried:  newTried(cfg.Shards),
-		// Seeded by the replica's identity: distinct replicas drift
-		// apart, and a test in simulated time replays the same periods.
-		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
 	}
+	r.obs.cfg = &r.cfg
 	r.runs.init(cfg.Shards)
-	r.ring.listed = r.ringListed
+	r.ring.listed = r.obs.ringListed
 	r.perms.init(cfg, r.poke)
 	setGauge(cfg.Metrics.Mismatch, 0)
-	r.io = newLeaseIO(cfg, r.leaseOutcome)
+	r.io = newLeaseIO(cfg, func(verb string, err error) { r.perms.outcome(verb, "leases", err) })
 	r.io.annotate = r.obs.reportNow
 	if cfg.ListerWatcher != nil {
 		r.primary = newInformer(r, cfg.ListerWatcher, cfg.Object, nil, true)
@@ -276,24 +155,6 @@ func (r *Replica) NewInformer(lw cache.ListerWatcher, obj runtime.Object, resync
 	return cache.NewSharedIndexInformer(lw, obj, resync, indexers)
 }
 
-// notRun is the primary informer as NewInformer gives it when Run runs
-// it: the caller's Run waits for the end of its stop channel without
-// running it again.
-type notRun struct{ *informer }
-
-func (n notRun) Run(stopCh <-chan struct{})         { <-stopCh }
-func (n notRun) RunWithContext(ctx context.Context) { <-ctx.Done() }
-
-// sameType reports whether a and b are objects of one resource type: the
-// same Go type and, for unstructured objects, the same kind.
-func sameType(a, b runtime.Object) bool {
-	if a == nil || b == nil || reflect.TypeOf(a) != reflect.TypeOf(b) {
-		return false
-	}
-	return a.GetObjectKind().GroupVersionKind() == b.GetObjectKind().GroupVersionKind() ||
-		a.GetObjectKind().GroupVersionKind().Empty() || b.GetObjectKind().GroupVersionKind().Empty()
-}
-
 // Filtering returns who filters the primary informer's list and watch by
 // shard: FilterServer once a LIST has shown that the API server honours
 // ListOptions.ShardSelector, FilterClient otherwise (and until the first
@@ -328,6 +189,95 @@ func (r *Replica) removeInformer(inf *informer) {
 	r.poke()
 }
 
+// Run holds shards until ctx ends: it joins the ring, renews its
+// membership Lease every RetryPeriod, takes and gives up shards to keep the
+// ring balanced, fills the sharded informers with the shards it gains and
+// empties them of those it releases, enqueues every object of a gained
+// shard once the informers have synced it and removes the keys of a shard
+// it gives up. It runs the primary informer when it was built from
+// Config.ListerWatcher, and first waits for the first list of the ring's
+// Leases, which it then watches.
+//
+// When ctx ends, Run leaves gracefully (unless Config.SkipRelease): it
+// stops admitting keys, drains and releases its shards (at most
+// GracePeriod, then their runs are cancelled) and deletes its membership
+// Lease. Each shard is handed over once the member taking it has filled
+// its cache for it (at most HandoffTimeout), so that its keys wait for the
+// drain only. It returns nil then, or an error if the runs did not return
+// within HandoffTimeout + GracePeriod + RenewDeadline, in which case the
+// shards are left to expire.
+//
+// If the API server refuses one kind of request (a verb on a resource:
+// 403 Forbidden, a missing RBAC rule) for LeaseDuration without one
+// success in between, Run leaves the same way, as far as its permissions
+// allow, and returns an error that names the verb and resource and wraps
+// the server's (apierrors.IsForbidden is true of it); see Ready.
+// Run may be called once. It returns an error at once, and may be called
+// again, if Config.ListerWatcher is nil and NewInformer has not built the
+// primary informer yet: without an informer no shard is ever admitted.
+func (r *Replica) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.running {
+		r.mu.Unlock()
+		return errors.New("sharding: Run called twice")
+	}
+	if err := r.informerMissing(); err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	r.running = true
+	r.mu.Unlock()
+	return newLoop(r).run(ctx)
+}
+
+// Status returns the ring as this replica sees it now (status.go). It
+// copies the view under its lock, and costs O(S + N) plus, for the shards
+// this replica holds, what the last observation counted.
+func (r *Replica) Status() Status { return r.status(time.Now()) }
+
+// Ready reports whether the replica is ready: nil once it has filled its
+// share of the ring (admitted as many shards as its share: held, and in
+// its cache), while its session is alive and no
+// request it needs is refused; else an error that says why. Its shape is
+// controller-runtime's healthz.Checker:
+//
+//	mgr.AddReadyzCheck("sharding", r.Ready)
+//
+// Filled once is enough: a replica that has been ready stays so while its
+// session is alive, though it fills the shards it gains later (a
+// member's leave or death) after that. So a new pod of a rolling update
+// counts as available only once it does its share, and the Deployment
+// deletes an old pod only then: the old pods' shards are not left to
+// replicas that have not listed anything yet (docs/operate.md). A
+// replica that comes after the ring has as many members as shards has
+// no share and is ready once it counts (its first renewal).
+//
+// A replica refused a request (403 Forbidden: a missing RBAC rule) is not
+// ready from the first refusal; Run returns once the same kind of request
+// has been refused for LeaseDuration. A replica whose ring has another
+// Field is not ready from the moment it sees it (the error wraps
+// ErrRingMismatch), and Run returns that error. A replica whose ring has
+// another Shards holds nothing until the ring switches to its count
+// (shardcount.go); meanwhile it is ready once it has filled, in its
+// cache, the share it will take then, so that a rolling update that
+// changes Config.Shards goes on.
+func (r *Replica) Ready(*http.Request) error {
+	if err := r.refusal.get(); err != nil {
+		return err
+	}
+	if err := r.perms.err(); err != nil {
+		return err
+	}
+	joined, alive := r.runs.readiness()
+	switch {
+	case !joined:
+		return errors.New("sharding: not in the ring yet: no membership write answered")
+	case !alive:
+		return errors.New("sharding: session lapsed: no membership write answered within RenewDeadline, or the replica left")
+	}
+	return r.share.err()
+}
+
 // Shards returns the sorted shards whose keys the replica admits and runs
 // now: held, and synced in every running sharded informer.
 func (r *Replica) Shards() []int { return r.runs.active() }
@@ -353,6 +303,18 @@ func (r *Replica) ShardOfObject(obj any) (int, bool) {
 		return 0, false
 	}
 	return ShardOf(Hash(v), r.shards), true
+}
+
+// ShardOfKey returns the shard of key as this replica can tell it: from
+// its object in the primary informer's store, or from the delete event
+// the replica saw for it, or, sharding by namespace, from the key itself.
+// Sharding by UID, a key whose object is not in this replica's cache has
+// no shard it can tell (its holder's cache has it): it returns false.
+func (r *Replica) ShardOfKey(key string) (int, bool) {
+	if s, ok := r.shardOfKey(key); ok {
+		return s, true
+	}
+	return r.runs.goneShard(key)
 }
 
 // shardOfKey finds key's shard from the primary informer's store, or, sharding by
@@ -419,10 +381,19 @@ func (r *Replica) poke() {
 // when the ring shows that the session is over.
 func (r *Replica) lose(force bool) {
 	if r.runs.lose(force, time.Now()) {
-		r.sessionEnded(force)
+		if !r.runs.leaving() {
+			r.obs.lapse(force)
+		}
 		r.poke()
 	}
 }
+
+// refused, granted and listed are the sharded informers' reports
+// (informer.go): a request refused or granted (forbidden.go), a list made
+// (metrics.go).
+func (r *Replica) refused(verb, resource string, err error) { r.perms.refuse(verb, resource, err) }
+func (r *Replica) granted(verb, resource string)            { r.perms.grant(verb, resource) }
+func (r *Replica) listed(resource, cause string)            { r.obs.listed(resource, cause) }
 
 // checkUID counts an object added to the primary informer without a UID
 // while sharding by UID (Metrics.WithoutUID), and logs the first at

@@ -2,7 +2,6 @@ package sharding
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 )
@@ -10,7 +9,7 @@ import (
 // This file is the runs' ledger: which shards admit keys now, the runs in
 // flight, and the session they run in. Handler, Owns and the event
 // handler (replica.go) ask it whether a key may run; the loop (loop.go)
-// changes it as the ring decides (decide.go). Everything that admits,
+// changes it as the ring decides (step.go). Everything that admits,
 // cancels or drains a run happens here, under one lock, so that a run never
 // starts after the decision that stops it.
 //
@@ -261,21 +260,20 @@ func (b *ledger) readiness() (joined, alive bool) {
 	return b.joined, b.alive
 }
 
-// answered applies the success of a membership write, sent at sent in
-// session (a join if wasAlive is false), whose answer arrived at now, as
-// acceptAnswer (decide.go) decides; deadline is the session's deadline it
-// sets.
-func (b *ledger) answered(sent, now time.Time, renewDeadline time.Duration, wasAlive bool, session string) answer {
+// answered applies the success of membership write w, whose answer
+// arrived at now, as acceptAnswer (session.go) decides; the session's
+// deadline it sets is renewDeadline after w was sent.
+func (b *ledger) answered(w sentWrite, now time.Time, renewDeadline time.Duration) answer {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a := acceptAnswer(sent, now, renewDeadline, wasAlive, session, b.alive, b.session, b.deadline)
+	a := acceptAnswer(w, now, renewDeadline, liveSession{alive: b.alive, session: b.session, deadline: b.deadline})
 	switch a {
 	case answerJoined:
-		b.alive, b.joined, b.session = true, true, session
+		b.alive, b.joined, b.session = true, true, w.session
 	case answerIgnored:
 		return a
 	}
-	b.deadline = sent.Add(renewDeadline)
+	b.deadline = w.at.Add(renewDeadline)
 	return a
 }
 
@@ -330,14 +328,6 @@ func (b *ledger) states() (active, draining []int) {
 	return active, draining
 }
 
-// lapsedAt returns when the session ended while each shard was held (see
-// keepWarm), zero for the others.
-func (b *ledger) lapsedAt() []time.Time {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.lapsed)
-}
-
 // held returns the shards held, active or draining.
 func (b *ledger) held() []int {
 	b.mu.Lock()
@@ -352,7 +342,7 @@ func (b *ledger) held() []int {
 }
 
 // adopt brings the shard states in line with v, as sessionOver and
-// adoptShard (decide.go) decide, at now; unknown is the loop's
+// adoptShard (session.go) decide, at now; unknown is the machine's
 // tried.unknown, whose entries it clears for the shards it takes. It
 // returns false if v shows the session is over: the caller ends it.
 func (b *ledger) adopt(v *view, self string, unknown []string, now time.Time) bool {
@@ -361,9 +351,10 @@ func (b *ledger) adopt(v *view, self string, unknown []string, now time.Time) bo
 	if sessionOver(v, self, b.alive, b.session) {
 		return false
 	}
+	me := adopter{self: self, session: b.session, alive: b.alive, leaving: b.isLeaving}
 	for i := range v.shards {
 		st := &b.state[i]
-		switch adoptShard(v.shards[i], self, b.alive, b.session, st.state, unknown[i], b.isLeaving) {
+		switch adoptShard(v.shards[i], me, st.state, unknown[i]) {
 		case adoptFree:
 			st.state = shardFree
 			b.cancelShardLocked(i, ErrLeaseLost)
@@ -390,7 +381,7 @@ func (b *ledger) acquired(i int, session string) {
 	}
 }
 
-// drainScan applies drainStep (decide.go) to every shard at now: it
+// drainScan applies drainStep (session.go) to every shard at now: it
 // cancels the runs of the draining shards whose grace period is over, and
 // returns those to release (no run left), the session they were held in,
 // and the earliest grace end still ahead (zero if none).
@@ -421,62 +412,4 @@ func (b *ledger) released(i int) {
 	if b.state[i].state == shardDraining {
 		b.state[i].state = shardFree
 	}
-}
-
-// addInformer registers a sharded informer that starts running: until it
-// has synced a shard, the shard's keys are not admitted.
-func (b *ledger) addInformer(inf *informer) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.informers = append(b.informers, inf)
-	b.infGen++
-	clear(b.filled)
-}
-
-// removeInformer unregisters a sharded informer that stopped.
-func (b *ledger) removeInformer(inf *informer) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.informers = slices.DeleteFunc(b.informers, func(i *informer) bool { return i == inf })
-	b.infGen++
-}
-
-// running returns the running sharded informers and their generation.
-func (b *ledger) running() ([]*informer, int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.informers), b.infGen
-}
-
-// setFilled installs which shards every running sharded informer has
-// synced, computed for generation gen: an informer that started since
-// cleared filled, and is counted at the next call.
-func (b *ledger) setFilled(filled []bool, gen int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.infGen == gen {
-		copy(b.filled, filled)
-	}
-}
-
-// dropGone forgets the deleted keys of the given shards that are no longer
-// active, and returns them (for the queue's Remove).
-func (b *ledger) dropGone(lost []int) []string {
-	if len(lost) == 0 {
-		return nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	in := make([]bool, len(b.state))
-	for _, i := range lost {
-		in[i] = true
-	}
-	var out []string
-	for k, s := range b.gone {
-		if in[s] && b.state[s].state != shardActive {
-			out = append(out, k)
-			delete(b.gone, k)
-		}
-	}
-	return out
 }

@@ -119,11 +119,8 @@ type ShardStatus struct {
 	Local string `json:"local,omitempty"`
 }
 
-// Status returns the ring as this replica sees it now. It copies the
-// view under its lock, and costs O(S + N) plus, for the shards this
-// replica holds, what the last observation counted.
-func (r *Replica) Status() Status {
-	now := time.Now()
+// status is Status at now.
+func (r *Replica) status(now time.Time) Status {
 	var v view
 	r.ring.snapshot(&v)
 	ss := r.runs.status()
@@ -181,7 +178,7 @@ func (r *Replica) Status() Status {
 	for _, h := range r.obs.heldNow() {
 		local[h.shard] = h
 	}
-	warm := r.warmShards(now)
+	warm := r.warmShards(r.runs.held(), now)
 	for i, s := range v.shards {
 		rg := Range(r.field, r.shards, i)
 		ss := ShardStatus{
@@ -205,7 +202,7 @@ func (r *Replica) Status() Status {
 		ss.Admitted = ss.State == stateAdmitted
 		if h, ok := local[i]; ok {
 			ss.Local = h.state
-		} else if warm[i] {
+		} else if _, ok := warm[i]; ok {
 			ss.Local = stateWarm
 		}
 		st.Shards = append(st.Shards, ss)
@@ -213,39 +210,17 @@ func (r *Replica) Status() Status {
 	return st
 }
 
-// warmShards returns the shards kept warm at now (keepWarm, decide.go).
-func (r *Replica) warmShards(now time.Time) map[int]bool {
-	out := make(map[int]bool)
-	held := r.runs.held()
+// warmShards returns the shards kept warm at now, of those not held
+// (keepWarm, session.go), each with when it stops being kept.
+func (r *Replica) warmShards(held []int, now time.Time) map[int]time.Time {
+	out := make(map[int]time.Time)
 	for s, at := range r.runs.lapsedAt() {
 		if at.IsZero() || slices.Contains(held, s) {
 			continue
 		}
-		if ok, _ := keepWarm(r.ring.shard(s), r.cfg.Identity, at, now, 2*r.cfg.LeaseDuration); ok {
-			out[s] = true
+		if ok, until := keepWarm(r.ring.shard(s), r.cfg.Identity, at, now, warmTTL(r.cfg.LeaseDuration)); ok {
+			out[s] = until
 		}
 	}
 	return out
-}
-
-// ShardOfKey returns the shard of key as this replica can tell it: from
-// its object in the primary informer's store, or from the delete event
-// the replica saw for it, or, sharding by namespace, from the key itself.
-// Sharding by UID, a key whose object is not in this replica's cache has
-// no shard it can tell (its holder's cache has it): it returns false.
-func (r *Replica) ShardOfKey(key string) (int, bool) {
-	if s, ok := r.shardOfKey(key); ok {
-		return s, true
-	}
-	return r.runs.goneShard(key)
-}
-
-// goneShard returns the shard a deleted key had at its delete event, if
-// the ledger still remembers it (until its run succeeds, or the shard is
-// given up). It is the ledger's; it lives here as only Status needs it.
-func (b *ledger) goneShard(key string) (int, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s, ok := b.gone[key]
-	return s, ok
 }

@@ -61,8 +61,8 @@ func (inf *Informer) follow() {
 	// shard, is left to finish: the shards gained meanwhile are listed
 	// once it is in (replace calls follow). Restarting it at every gain
 	// would throw its list away each time, and when gains come faster
-	// than a list of the whole resource takes (a ring settling, at
-	// 100,000 objects a list takes tens of seconds) no list would ever
+	// than a list of the whole resource takes (a ring settling over a
+	// large resource, sharding/docs/measured.md) no list would ever
 	// finish. So a gained shard waits for at most two lists.
 	f, ok := inf.feeds[allShards]
 	var any, uncovered, useful bool

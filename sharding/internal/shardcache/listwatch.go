@@ -24,15 +24,12 @@ var errDowngraded = errors.New("shardcache: the server stopped filtering by shar
 // sends every object of the resource, and a replica keeps 1/N of them.
 //
 // It makes the Reflector list by pages, never by a watch-list stream, and
-// every page from a consistent read (see ListWithContext). Measured with
-// 16 replicas over 100,000 ConfigMaps on kube-apiserver 1.37
-// (integration/TestScaleShardedCache; sharding/docs/measured.md, "At 100,000
-// ConfigMaps"): with the server not filtering, streams took twice the
-// time and the replicas' CPU of pages to settle a start, a kill and a
-// join (JSON: each event's envelope and then its object are decoded,
-// where a page's items are decoded once, in the page), and the API
-// server, which sends the initial events one by one, was the slower for
-// it too. Both keep a replica's memory to its own shards (filtered page by
+// every page from a consistent read (see ListWithContext): with the
+// server not filtering, streams cost the replicas and the API server more
+// than pages to settle a start, a kill and a join (with JSON, each event's
+// envelope and then its object are decoded, where a page's items are
+// decoded once, in the page; sharding/docs/measured.md, "Pages, beside
+// streams and before", has the figures). Both keep a replica's memory to its own shards (filtered page by
 // page, or event by event) and spare the server a response of every
 // object.
 type feedLW struct {
