@@ -13,13 +13,11 @@ import (
 // cancels or drains a run happens here, under one lock, so that a run never
 // starts after the decision that stops it.
 //
-// Exclusion rests on three of its rules (docs/contract.md, "Why two replicas never
-// run one key at once"): a key runs only while the session is alive, less
-// than RenewDeadline after the last answered renewal was sent (admitsLocked;
-// lose cancels every run at the deadline); a draining shard admits nothing
-// and is reported for release only once its runs have all returned
-// (drainScan); and a lapsed session's replica joins again only once every
-// run of it has returned (status gives the count to membershipWrite).
+// The ledger guarantees that a key runs only while the session is alive
+// and its shard active, and that a shard is reported for release, or a
+// lapsed session replaced, only once its runs have all returned; why that
+// keeps two replicas from running one key is docs/contract.md, "Why two
+// replicas never run one key at once".
 
 // The states of one shard, as this replica sees it.
 const (

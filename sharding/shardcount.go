@@ -41,20 +41,10 @@ import (
 //     for the old holders' drain and three Lease round trips, not for a
 //     list.
 //
-// Why no key runs twice. A Lease is acquired only in the generation in
-// which its count is the ring's, and never while it is sealed in that
-// generation. The switch to g+1 is written only once every Lease of the
-// old count exists sealed in g; sealing a Lease is a conditional write on
-// a version that no live member holds (or the holder's own release), so
-// no Lease of the old count is held at the switch, and none can be
-// acquired after it: a replica whose view is behind (it still sees
-// generation g without a target) writes on a version older than the
-// seal, which the server refuses, or creates a Lease that exists. Leases
-// of the new count were acquirable in no generation since the last time
-// it was the ring's, and that time ended with all of them sealed.
-// Switching back is the same in reverse, in a later generation; a switch
-// that finds no member of its target (a rollout rolled back) completes
-// and is followed by a switch back.
+// No Lease of the old count is held at the switch and none can be
+// acquired after it, so no key runs twice across a change of the count;
+// the argument is docs/contract.md, "Why two replicas never run one key
+// at once" (its part "Across a change of the shard count").
 //
 // The field cannot change so: ranges of two fields do not nest, and
 // nothing tells which key an object had in the other. A replica

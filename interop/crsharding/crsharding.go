@@ -97,6 +97,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	clientworkqueue "k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -119,6 +120,13 @@ type Config struct {
 	Queue workqueue.Config[reconcile.Request]
 }
 
+// informerWait is how long Start waits for the sharded informer, once the
+// controller has made its queue, before it logs that the manager's cache
+// was not built with CacheOptions (see Start). controller-runtime builds
+// the informer when the controller's source starts, just after the queue,
+// so an informer this late most likely never comes.
+const informerWait = 30 * time.Second
+
 // Sharding joins one controller-runtime controller to a sharding ring. Make
 // it with New, add it to the manager (it is a manager.Runnable), and hand
 // its hooks to the cache (CacheOptions or NewInformer), to the controller
@@ -127,6 +135,7 @@ type Config struct {
 // for concurrent use.
 type Sharding struct {
 	replica  *sharding.Replica
+	name     string // Config.Ring.Name, for the log
 	qcfg     workqueue.Config[reconcile.Request]
 	queued   chan struct{} // closed by NewQueue: the controller has started
 	informed chan struct{} // closed once the replica has its primary informer
@@ -147,7 +156,7 @@ func New(cfg Config) (*Sharding, error) {
 	if cfg.Ring.Queue != nil {
 		return nil, errors.New("crsharding: Config.Ring.Queue must be nil: the controller's queue comes from NewQueue")
 	}
-	s := &Sharding{qcfg: cfg.Queue, queued: make(chan struct{}), informed: make(chan struct{})}
+	s := &Sharding{name: cfg.Ring.Name, qcfg: cfg.Queue, queued: make(chan struct{}), informed: make(chan struct{})}
 	cfg.Ring.Queue = keyQueue{s}
 	// The controller's own source enqueues the events, through its
 	// predicates; the replica adds only a gained shard's keys.
@@ -178,17 +187,33 @@ func (s *Sharding) Replica() *sharding.Replica { return s.replica }
 // manager with leader election, not elected) out of the ring: the shards
 // it would hold would not be reconciled. Waiting for the informer keeps
 // Run from refusing to start without one; a cache not made with
-// CacheOptions never builds it, and the replica then never joins. If ctx
+// CacheOptions never builds it, and the replica then never joins: if the
+// informer is still missing 30 s after the queue was made, Start
+// logs so once (klog, at default verbosity) and goes on waiting. If ctx
 // ends first, Start returns nil having held nothing.
 func (s *Sharding) Start(ctx context.Context) error {
-	for _, ready := range []chan struct{}{s.queued, s.informed} {
+	select {
+	case <-s.queued:
+	case <-ctx.Done():
+		return nil
+	}
+	// controller-runtime builds the informer after the queue, when the
+	// controller's source first asks the cache for it: wait for it without
+	// a bound, but say once what is missing if it is late.
+	late := time.NewTimer(informerWait)
+	defer late.Stop()
+	for {
 		select {
-		case <-ready:
+		case <-s.informed:
+			return s.replica.Run(ctx)
 		case <-ctx.Done():
 			return nil
+		case <-late.C:
+			klog.InfoS("crsharding: the controller has started but no sharded informer was built: the replica waits and joins no ring; "+
+				"build the manager's cache with Sharding.CacheOptions (manager.Options.Cache), or set Config.Ring.ListerWatcher",
+				"ring", s.name, "waited", informerWait)
 		}
 	}
-	return s.replica.Run(ctx)
 }
 
 // NeedLeaderElection is false: every replica of the manager holds shards,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-coalesce/workqueue/sharding"
+	"github.com/go-coalesce/workqueue/sharding/exclusion"
 	"github.com/go-coalesce/workqueue/sharding/fakeleases"
 	"github.com/go-coalesce/workqueue/sharding/fakeshards"
 	"github.com/stretchr/testify/require"
@@ -51,8 +52,8 @@ const (
 // a replica leaves gracefully and another joins; every object is changed
 // again.
 //
-// Every reconcile checks, as it starts: no other replica runs the key (the
-// tracker); no other replica holds the object's shard; the object is in
+// Every reconcile checks, as it starts: no other replica runs the key or
+// a key of the same shard (sharding/exclusion's Tracker); no other replica holds the object's shard; the object is in
 // this replica's sharded cache (it is never deleted). After each change
 // of the objects each one must be reconciled at its new value by the
 // replica that holds its shard.
@@ -104,9 +105,7 @@ func TestPredicatesHold(t *testing.T) {
 		h.balanced()
 		time.Sleep(10 * simWork)
 		synctest.Wait()
-		h.mu.Lock()
-		before := h.runs
-		h.mu.Unlock()
+		before := h.runs.Runs()
 		require.Positive(t, before, "the gained shards' keys are reconciled")
 		cms := h.objs.CoreV1().ConfigMaps(simNS)
 		l, err := cms.List(t.Context(), metav1.ListOptions{})
@@ -118,9 +117,7 @@ func TestPredicatesHold(t *testing.T) {
 		}
 		time.Sleep(10 * simWork)
 		synctest.Wait()
-		h.mu.Lock()
-		after := h.runs
-		h.mu.Unlock()
+		after := h.runs.Runs()
 		require.Equal(t, before, after, "updates that the predicate drops were reconciled %d times", after-before)
 		h.stopAll()
 	})
@@ -137,10 +134,9 @@ type simRing struct {
 
 	mu       sync.Mutex // protects the fields below
 	replicas map[string]*simReplica
-	running  map[string]string // key → replica running it
+	runs     exclusion.Tracker // every reconcile enters and exits it
 	last     map[string]string // key → "value by replica" of its last reconcile
 	bad      []string          // broken rules, as they happened
-	runs     int
 }
 
 type simReplica struct {
@@ -160,7 +156,6 @@ func newSimRing(t *testing.T, mode sharding.Filtering) *simRing {
 		objs:     fake.NewSimpleClientset(), //nolint:staticcheck // NewClientset's field manager is not needed here
 		leases:   fakeleases.New(),
 		replicas: map[string]*simReplica{},
-		running:  map[string]string{},
 		last:     map[string]string{},
 	}
 	// UIDs as random as the API server's (FNV-1a's top bits barely differ
@@ -235,18 +230,14 @@ func (h *simRing) start(id string) {
 // simWork (unless cancelled) and records the value it saw.
 func (h *simRing) reconcile(ctx context.Context, rep *simReplica, req reconcile.Request) (reconcile.Result, error) {
 	key := Key(req)
-	h.mu.Lock()
-	h.runs++
-	if other, ok := h.running[key]; ok {
-		h.bad = append(h.bad, fmt.Sprintf("%v: %s started %s while %s runs it", time.Now().Format(time.StampMilli), rep.id, key, other))
+	// The shard as the replica tells it; a key it cannot place is checked
+	// by key only (and is absent from its cache, which fails below).
+	var in exclusion.Shard
+	if i, ok := rep.sh.Replica().ShardOfKey(key); ok {
+		in = exclusion.Shard{Index: i, Count: simShards}
 	}
-	h.running[key] = rep.id
-	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		delete(h.running, key)
-		h.mu.Unlock()
-	}()
+	h.runs.Enter(rep.id, key, in)
+	defer h.runs.Exit(rep.id, key)
 
 	obj, ok, _ := rep.inf.GetStore().GetByKey(key)
 	if !ok {
@@ -423,8 +414,12 @@ func (h *simRing) stopAll() {
 func (h *simRing) check() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.t.Logf("%d reconciles", h.runs)
-	if len(h.bad) > 0 {
-		h.t.Fatalf("%d broken rules; the first ones:\n%s", len(h.bad), strings.Join(h.bad[:min(len(h.bad), 10)], "\n"))
+	h.t.Logf("%d reconciles", h.runs.Runs())
+	bad := append(h.runs.Violations(), h.bad...)
+	if n := h.runs.InFlight(); n > 0 {
+		bad = append(bad, fmt.Sprintf("%d reconciles still in flight once every replica stopped", n))
+	}
+	if len(bad) > 0 {
+		h.t.Fatalf("%d broken rules; the first ones:\n%s", len(bad), strings.Join(bad[:min(len(bad), 10)], "\n"))
 	}
 }

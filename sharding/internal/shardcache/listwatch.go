@@ -29,9 +29,9 @@ var errDowngraded = errors.New("shardcache: the server stopped filtering by shar
 // than pages to settle a start, a kill and a join (with JSON, each event's
 // envelope and then its object are decoded, where a page's items are
 // decoded once, in the page; sharding/docs/measured.md, "Pages, beside
-// streams and before", has the figures). Both keep a replica's memory to its own shards (filtered page by
-// page, or event by event) and spare the server a response of every
-// object.
+// streams and before", has the figures). Both keep a replica's memory to
+// its own shards (filtered page by page, or event by event) and spare the
+// server a response of every object.
 type feedLW struct {
 	inf *Informer
 	f   *feed
