@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +111,7 @@ func (s *simStore) del(name string, cond leaseRef) error {
 // simulation's record of its process.
 type simReplica struct {
 	id      string
+	rnd     *rand.Rand // its draws, apart from the others': a fault dropped perturbs less
 	m       machine
 	led     *ledger
 	ring    *ringView
@@ -167,21 +169,33 @@ func (q *simQueue) Pop() any {
 }
 
 type sim struct {
-	rnd      *rand.Rand
-	now      time.Time
-	seq      int
-	q        simQueue
-	store    simStore
-	reps     map[string]*simReplica
-	order    []string // the identities, in order of start
-	next     int      // the next identity's number
-	trace    []string
+	seed  uint64
+	now   time.Time
+	seq   int
+	q     simQueue
+	store simStore
+	reps  map[string]*simReplica
+	order []string // the identities, in order of start
+	next  int      // the next identity's number
+	trace []string
+	// The faults: drawn from frnd, or replayed from plan; those applied.
+	frnd    *rand.Rand
+	replay  bool
+	plan    []simFault
+	planned int
+	faults  []simFault
+	// stop is the longest a cancelled run takes to return (simStop; a
+	// test sets more to break the timing assumption).
+	stop time.Duration
+	// ignore, when set, is how long every cancelled run takes to return
+	// (a test's break of the timing assumption).
+	ignore   time.Duration
 	events   int
 	violated string
 }
 
 func newSim(seed uint64) *sim {
-	s := &sim{rnd: rand.New(rand.NewPCG(seed, 0x5eed)), now: t0, reps: make(map[string]*simReplica),
+	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, reps: make(map[string]*simReplica),
 		store: simStore{recs: make(map[string]simRec)}}
 	_, _ = s.store.put("ring", parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: simShards, field: FieldUID}}}, nil)
 	return s
@@ -192,10 +206,17 @@ func (s *sim) at(d time.Duration, kind, id string) {
 	heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: s.seq, kind: kind, id: id})
 }
 
-func (s *sim) start() {
-	id := fmt.Sprintf("r%02d", s.next)
-	s.next++
-	rp := &simReplica{id: id, led: &ledger{}, ring: newRingView("sim", simShards),
+// start starts a replica: the next identity, or id (a join replayed,
+// under the identity it had when drawn: dropping a join renames no other).
+func (s *sim) start(id string) {
+	n := s.next
+	if id == "" {
+		id = fmt.Sprintf("r%02d", s.next)
+	} else {
+		n, _ = strconv.Atoi(id[1:])
+	}
+	s.next = max(s.next, n+1)
+	rp := &simReplica{id: id, rnd: rand.New(rand.NewPCG(s.seed, 0x5eed+uint64(n))), led: &ledger{}, ring: newRingView("sim", simShards),
 		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: simShards, field: FieldUID},
 			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace})}
 	rp.led.init(simShards)
@@ -203,7 +224,7 @@ func (s *sim) start() {
 	s.reps[id] = rp
 	s.order = append(s.order, id)
 	s.deliver(rp, len(s.store.log)) // its first list
-	s.at(time.Duration(s.rnd.Int64N(int64(simRetry))), "tick", id)
+	s.at(time.Duration(rp.rnd.Int64N(int64(simRetry))), "tick", id)
 }
 
 // reach reports whether a request of rp lands, and whether its answer
@@ -212,7 +233,7 @@ func (s *sim) reach(rp *simReplica) (lands, answered bool) {
 	if s.now.Before(rp.cutOff) {
 		return false, false
 	}
-	return true, !s.faulty() || s.rnd.IntN(20) != 0 // one answer in twenty lost
+	return true, !s.faulty() || rp.rnd.IntN(20) != 0 // one answer in twenty lost
 }
 
 // faulty reports whether faults are still drawn.
@@ -242,9 +263,9 @@ func (s *sim) changed() {
 		if rp.dead {
 			continue
 		}
-		d := time.Duration(s.rnd.Int64N(int64(200 * time.Millisecond)))
-		if s.faulty() && s.rnd.IntN(50) == 0 {
-			d = time.Duration(s.rnd.Int64N(int64(2 * simLease))) // a stalled watch
+		d := time.Duration(rp.rnd.Int64N(int64(200 * time.Millisecond)))
+		if s.faulty() && rp.rnd.IntN(50) == 0 {
+			d = time.Duration(rp.rnd.Int64N(int64(2 * simLease))) // a stalled watch
 		}
 		at := s.now.Add(d)
 		if at.Before(rp.watchAt) {
@@ -300,9 +321,9 @@ func (s *sim) renew(rp *simReplica, tick bool) bool {
 		cond = &c
 	}
 	ref, err := s.write(rp, "member-"+rp.id, p, cond)
-	d := time.Duration(s.rnd.Int64N(int64(100 * time.Millisecond)))
-	if s.faulty() && s.rnd.IntN(30) == 0 {
-		d = time.Duration(s.rnd.Int64N(int64(2 * simRenew))) // a slow answer
+	d := time.Duration(rp.rnd.Int64N(int64(100 * time.Millisecond)))
+	if s.faulty() && rp.rnd.IntN(30) == 0 {
+		d = time.Duration(rp.rnd.Int64N(int64(2 * simRenew))) // a slow answer
 	}
 	if d > simRenew {
 		d, err = simRenew, simTimeout // the request's context ends at RenewDeadline
@@ -348,8 +369,8 @@ func (s *sim) answer(rp *simReplica) {
 		rp.m.joined(pa.w)
 	}
 	late := time.Duration(0) // the expire timer, which may fire late
-	if s.rnd.IntN(10) == 0 {
-		late = time.Duration(s.rnd.Int64N(int64(time.Second)))
+	if rp.rnd.IntN(10) == 0 {
+		late = time.Duration(rp.rnd.Int64N(int64(time.Second)))
 	}
 	s.seq++
 	heap.Push(&s.q, simEvent{at: pa.sent.Add(simRenew + late), seq: s.seq, kind: "expire", id: rp.id})
@@ -453,53 +474,117 @@ func (s *sim) admitters() [][]string {
 	return out
 }
 
-// fault draws one fault at a time while faults last.
+// simFault is one fault: at a time since the start, what, to whom (the
+// replica's identity; for a join, the identity it gets when drawn), and
+// for how long (a partition).
+type simFault struct {
+	at   time.Duration
+	kind string // join, crash, partition, leave
+	id   string
+	d    time.Duration
+}
+
+// fault applies the next fault, drawn from the fault stream or taken from
+// the plan being replayed, and schedules the one after it.
 func (s *sim) fault() {
-	ids := s.ids()
+	var f simFault
+	if s.replay {
+		f = s.plan[s.planned]
+		s.planned++
+	} else {
+		f = s.draw()
+	}
+	if s.applyFault(f) {
+		s.faults = append(s.faults, f)
+		s.trace = append(s.trace, f.String())
+	}
+	switch {
+	case s.replay && s.planned < len(s.plan):
+		s.at(max(0, s.plan[s.planned].at-s.now.Sub(t0)), "fault", "")
+	case !s.replay && s.faulty():
+		s.at(time.Duration(s.frnd.Int64N(int64(20*time.Second))), "fault", "")
+	}
+}
+
+// live returns the replicas neither dead nor leaving.
+func (s *sim) live() []string {
 	var live []string
-	for _, id := range ids {
+	for _, id := range s.ids() {
 		if !s.reps[id].dead && !s.reps[id].leaving {
 			live = append(live, id)
 		}
 	}
-	switch k := s.rnd.IntN(10); {
+	return live
+}
+
+// draw draws one fault from the fault stream, which is the seed's but
+// apart from every other draw: a plan replayed whole runs as drawn.
+func (s *sim) draw() simFault {
+	live := s.live()
+	f := simFault{at: s.now.Sub(t0)}
+	switch k := s.frnd.IntN(10); {
 	case k < 3 || len(live) < 2:
-		s.start()
-		s.trace = append(s.trace, fmt.Sprintf("%v join r%02d", s.now.Sub(t0), s.next-1))
+		f.kind, f.id = "join", fmt.Sprintf("r%02d", s.next)
 	case k < 5:
-		id := live[s.rnd.IntN(len(live))]
-		s.reps[id].dead = true
-		clear(s.reps[id].runs) // its runs die with it
-		s.trace = append(s.trace, fmt.Sprintf("%v crash %s", s.now.Sub(t0), id))
+		f.kind, f.id = "crash", live[s.frnd.IntN(len(live))]
 	case k < 7:
-		id := live[s.rnd.IntN(len(live))]
-		d := time.Duration(s.rnd.Int64N(int64(3 * simLease)))
-		s.reps[id].cutOff = s.now.Add(d)
-		s.trace = append(s.trace, fmt.Sprintf("%v partition %s for %v", s.now.Sub(t0), id, d))
+		f.kind, f.id = "partition", live[s.frnd.IntN(len(live))]
+		f.d = time.Duration(s.frnd.Int64N(int64(3 * simLease)))
 	default:
-		id := live[s.rnd.IntN(len(live))]
-		rp := s.reps[id]
+		f.kind, f.id = "leave", live[s.frnd.IntN(len(live))]
+	}
+	return f
+}
+
+// applyFault applies f, unless it names a replica not live now (a plan
+// shrunk may drop the join that started it, or drop nothing yet kill it
+// otherwise); it reports whether it applied.
+func (s *sim) applyFault(f simFault) bool {
+	if f.kind == "join" {
+		s.start(f.id)
+		return true
+	}
+	rp := s.reps[f.id]
+	if rp == nil || rp.dead || rp.leaving {
+		return false
+	}
+	switch f.kind {
+	case "crash":
+		rp.dead = true
+		clear(rp.runs) // its runs die with it
+	case "partition":
+		rp.cutOff = s.now.Add(f.d)
+	case "leave":
 		rp.leaving = true
 		rp.m.leaveAt = s.now
 		rp.led.leave()
 		if rp.pending == nil {
 			s.renew(rp, false)
 		}
-		s.trace = append(s.trace, fmt.Sprintf("%v leave %s", s.now.Sub(t0), id))
 	}
-	if s.faulty() {
-		s.at(time.Duration(s.rnd.Int64N(int64(20*time.Second))), "fault", "")
+	return true
+}
+
+func (f simFault) String() string {
+	if f.kind == "partition" {
+		return fmt.Sprintf("%v partition %s for %v", f.at, f.id, f.d)
 	}
+	return fmt.Sprintf("%v %s %s", f.at, f.kind, f.id)
 }
 
 // run runs the ring for d of simulated time and returns the first
 // violation ("" none).
 func (s *sim) run(d time.Duration) string {
 	for range 3 {
-		s.start()
+		s.start("")
 	}
 	s.trace = append(s.trace, "0s start r00 r01 r02")
-	s.at(10*time.Second, "fault", "")
+	switch {
+	case !s.replay:
+		s.at(10*time.Second, "fault", "")
+	case len(s.plan) > 0:
+		s.at(s.plan[0].at, "fault", "")
+	}
 	end := t0.Add(d)
 	var unsettledSince time.Time
 	for s.q.Len() > 0 && s.violated == "" {
@@ -554,7 +639,7 @@ func (s *sim) run(d time.Duration) string {
 			if rp.pending != nil {
 				continue // the answer's event ticks again
 			}
-			rp.nextTick = s.now.Add(simRetry + time.Duration(s.rnd.Int64N(int64(jitterMax(simRetry, simRenew))+1)))
+			rp.nextTick = s.now.Add(simRetry + time.Duration(rp.rnd.Int64N(int64(jitterMax(simRetry, simRenew))+1)))
 			if rp.led.alive && !s.now.Before(rp.led.deadline) {
 				rp.led.lose(false, s.now) // the expire timer
 			}
@@ -635,7 +720,7 @@ func (s *sim) step(rp *simReplica, tick bool) {
 // 0–4 s (one in ten outlives GracePeriod), unless cancelled first.
 func (s *sim) startRuns(rp *simReplica) {
 	for i := range simShards {
-		if s.rnd.IntN(3) != 0 {
+		if rp.rnd.IntN(3) != 0 {
 			continue
 		}
 		tk, ok := rp.led.begin(context.Background(), "k"+strconv.Itoa(i), i, true, s.now)
@@ -645,16 +730,16 @@ func (s *sim) startRuns(rp *simReplica) {
 		s.seq++
 		n := s.seq
 		rp.runs[n] = tk
-		d := time.Duration(s.rnd.Int64N(int64(4 * time.Second)))
-		if s.rnd.IntN(10) == 0 {
-			d = simGrace + time.Duration(s.rnd.Int64N(int64(simGrace)))
+		d := time.Duration(rp.rnd.Int64N(int64(4 * time.Second)))
+		if rp.rnd.IntN(10) == 0 {
+			d = simGrace + time.Duration(rp.rnd.Int64N(int64(simGrace)))
 		}
 		heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: rp.id + "@" + strconv.Itoa(n)})
 	}
 }
 
 // cancelled schedules the return of every run whose context was cancelled:
-// mostly within 300 ms, sometimes up to simStop.
+// mostly within 300 ms, sometimes up to s.stop.
 func (s *sim) cancelled() {
 	for _, id := range s.ids() {
 		rp := s.reps[id]
@@ -663,9 +748,12 @@ func (s *sim) cancelled() {
 				continue
 			}
 			rp.stopping[n] = true
-			d := time.Duration(s.rnd.Int64N(int64(300 * time.Millisecond)))
-			if s.rnd.IntN(5) == 0 {
-				d = time.Duration(s.rnd.Int64N(int64(simStop))) // slow to honour it
+			d := time.Duration(rp.rnd.Int64N(int64(300 * time.Millisecond)))
+			if rp.rnd.IntN(5) == 0 {
+				d = time.Duration(rp.rnd.Int64N(int64(s.stop))) // slow to honour it
+			}
+			if s.ignore > 0 {
+				d = s.ignore
 			}
 			s.seq++
 			heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: id + "@" + strconv.Itoa(n)})
@@ -704,7 +792,9 @@ func TestSimRing(t *testing.T) {
 		}
 		s := newSim(seed)
 		if v := s.run(simRingMinutes); v != "" {
-			t.Fatalf("seed %d: %s\nfaults:\n%s", seed, v, join(s.trace))
+			shrunk, _ := shrinkSim(simCase{seed, s.faults}, 0, 300)
+			t.Fatalf("seed %d: %s\nfaults:\n%s\nshrunk from %d faults to %d, for simCases:\n%s",
+				seed, v, join(s.trace), len(s.faults), len(shrunk.faults), shrunk.goString())
 		}
 		events += s.events
 		n++
@@ -754,4 +844,141 @@ func (s *sim) dump() string {
 			id, rp.dead, rp.leaving, rp.led.alive, rp.led.session, rp.led.deadline.Sub(t0), active, draining, rp.m.aliveFor, ok, m.p.m.session, m.p.m.confirmed, rp.cutOff.Sub(t0))
 	}
 	return out
+}
+
+// simCase is a seed and a plan of faults that replays exactly; a shrunk
+// failure prints as one.
+type simCase struct {
+	seed   uint64
+	faults []simFault
+}
+
+// simCases are shrunk failures kept as regression cases: each must pass.
+// The first is TestSimShrink's failure (every cancelled run returning two
+// LeaseDurations late) shrunk by 300 replays: it passes under the timing
+// assumption, and shows the printed form compiles and replays.
+var simCases = []simCase{
+	{seed: 2, faults: []simFault{
+		{at: 10000000000, kind: "leave", id: "r02", d: 0},                // 10s leave r02
+		{at: 23004447709, kind: "leave", id: "r01", d: 0},                // 23.004447709s leave r01
+		{at: 39208653565, kind: "join", id: "r04", d: 0},                 // 39.208653565s join r04
+		{at: 46440187063, kind: "leave", id: "r00", d: 0},                // 46.440187063s leave r00
+		{at: 60114512403, kind: "join", id: "r05", d: 0},                 // 1m0.114512403s join r05
+		{at: 68374168411, kind: "crash", id: "r04", d: 0},                // 1m8.374168411s crash r04
+		{at: 74833896201, kind: "join", id: "r06", d: 0},                 // 1m14.833896201s join r06
+		{at: 78290977574, kind: "partition", id: "r06", d: 21609363017},  // 1m18.290977574s partition r06 for 21.609363017s
+		{at: 89357660525, kind: "join", id: "r07", d: 0},                 // 1m29.357660525s join r07
+		{at: 103936028407, kind: "partition", id: "r06", d: 36112659470}, // 1m43.936028407s partition r06 for 36.11265947s
+		{at: 120101994543, kind: "partition", id: "r06", d: 10660101395}, // 2m0.101994543s partition r06 for 10.660101395s
+		{at: 124784883179, kind: "crash", id: "r05", d: 0},               // 2m4.784883179s crash r05
+		{at: 130683892321, kind: "leave", id: "r06", d: 0},               // 2m10.683892321s leave r06
+		{at: 145945287521, kind: "join", id: "r08", d: 0},                // 2m25.945287521s join r08
+		{at: 153113946390, kind: "partition", id: "r07", d: 25103398978}, // 2m33.11394639s partition r07 for 25.103398978s
+	}},
+}
+
+// replaySim runs c's seed with c's faults in place of the drawn ones.
+func replaySim(c simCase, ignore time.Duration) *sim {
+	s := newSim(c.seed)
+	s.replay, s.plan, s.ignore = true, c.faults, ignore
+	s.run(simRingMinutes)
+	return s
+}
+
+// simClass names the kind of a violation: a shrunk plan must fail the
+// same way.
+func simClass(v string) string {
+	switch {
+	case v == "":
+		return ""
+	case strings.Contains(v, "admitted or run by"):
+		return "exclusion"
+	case strings.Contains(v, "not every shard admitted"):
+		return "completeness"
+	}
+	return "other"
+}
+
+// shrinkSim shrinks c's faults by delta debugging (ddmin): it drops
+// chunks of the plan, halving the chunks when no chunk can go, and keeps
+// a drop whenever the ring still fails the same way; runs bounds the
+// replays. It returns the shortest plan found and the replays made.
+func shrinkSim(c simCase, ignore time.Duration, runs int) (simCase, int) {
+	want := simClass(replaySim(c, ignore).violated)
+	made := 1
+	if want == "" {
+		return c, made
+	}
+	cur, n := c.faults, 2
+	for len(cur) >= 2 && made < runs {
+		chunk := (len(cur) + n - 1) / n
+		dropped := false
+		for lo := 0; lo < len(cur) && made < runs; lo += chunk {
+			try := slices.Concat(cur[:lo], cur[min(lo+chunk, len(cur)):])
+			made++
+			if simClass(replaySim(simCase{c.seed, try}, ignore).violated) == want {
+				cur, n, dropped = try, max(n-1, 2), true
+				break
+			}
+		}
+		if !dropped {
+			if n >= len(cur) {
+				break
+			}
+			n = min(2*n, len(cur))
+		}
+	}
+	if len(cur) == 1 && made < runs { // and perhaps no fault at all
+		made++
+		if simClass(replaySim(simCase{c.seed, nil}, ignore).violated) == want {
+			cur = nil
+		}
+	}
+	return simCase{c.seed, cur}, made
+}
+
+// goString prints c as a Go literal for simCases.
+func (c simCase) goString() string {
+	out := fmt.Sprintf("{seed: %d, faults: []simFault{\n", c.seed)
+	for _, f := range c.faults {
+		out += fmt.Sprintf("\t{at: %d, kind: %q, id: %q, d: %d}, // %v\n", int64(f.at), f.kind, f.id, int64(f.d), f)
+	}
+	return out + "}},"
+}
+
+// TestSimCases replays every kept case.
+func TestSimCases(t *testing.T) {
+	for _, c := range simCases {
+		if s := replaySim(c, 0); s.violated != "" {
+			t.Errorf("case of seed %d: %s\nfaults:\n%s", c.seed, s.violated, join(s.trace))
+		}
+	}
+}
+
+// TestSimShrink breaks the timing assumption (every cancelled run takes
+// two LeaseDurations to return), takes the first seed that fails,
+// and checks that a plan replayed whole fails as drawn and that shrinking
+// leaves a shorter plan that still fails the same way.
+func TestSimShrink(t *testing.T) {
+	const ignore = 2 * simLease
+	for seed := uint64(0); seed < 20; seed++ {
+		s := newSim(seed)
+		s.ignore = ignore
+		v := s.run(simRingMinutes)
+		if v == "" {
+			continue
+		}
+		c := simCase{seed, s.faults}
+		if r := replaySim(c, ignore); r.violated != v || r.events != s.events {
+			t.Fatalf("seed %d replayed from its plan: %q after %d events, drawn: %q after %d", seed, r.violated, r.events, v, s.events)
+		}
+		shrunk, made := shrinkSim(c, ignore, 24) // few replays, for CI's time
+		r := replaySim(shrunk, ignore)
+		t.Logf("seed %d: %s; shrunk from %d faults to %d in %d replays:\n%s", seed, v, len(c.faults), len(shrunk.faults), made, shrunk.goString())
+		if len(shrunk.faults) >= len(c.faults) || simClass(r.violated) != simClass(v) {
+			t.Fatalf("shrunk from %d faults to %d, failing %q (drawn: %q)", len(c.faults), len(shrunk.faults), r.violated, v)
+		}
+		return
+	}
+	t.Fatal("no seed of 20 fails with runs that outlive the timing assumption")
 }
