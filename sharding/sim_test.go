@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -176,8 +175,9 @@ type sim struct {
 	q     simQueue
 	store simStore
 	reps  map[string]*simReplica
-	order []string // the identities, in order of start
-	next  int      // the next identity's number
+	order []string      // the identities, in order of start
+	list  []*simReplica // the replicas, in order of start
+	next  int           // the next identity's number
 	trace []string
 	// The faults: drawn from frnd, or replayed from plan; those applied.
 	frnd    *rand.Rand
@@ -226,6 +226,7 @@ func (s *sim) start(id string) {
 	rp.runs, rp.stopping = make(map[int]ticket), make(map[int]bool)
 	s.reps[id] = rp
 	s.order = append(s.order, id)
+	s.list = append(s.list, rp)
 	s.deliver(rp, len(s.store.log)) // its first list
 	s.at(s.span(rp, time.Duration(rp.rnd.Int64N(int64(simRetry)))), "tick", id)
 }
@@ -512,8 +513,42 @@ func (s *sim) progress(rp *simReplica) {
 	rp.led.setFilled(filled, 0)
 }
 
-// admitters returns, for each shard, the live replicas that admit it now.
-func (s *sim) admitters() [][]string {
+// occupancy counts, for each shard, the live replicas that admit it now,
+// and those that admit it or run it.
+func (s *sim) occupancy() (admitted, occupied [simShards]int) {
+	for _, rp := range s.list {
+		if rp.dead {
+			continue
+		}
+		var mine [simShards]bool
+		now := s.clock(rp)
+		rp.led.mu.Lock()
+		for i := range simShards {
+			if rp.led.admitsLocked(i, now) {
+				admitted[i]++
+				mine[i] = true
+			}
+		}
+		rp.led.mu.Unlock()
+		for _, tk := range rp.runs {
+			mine[tk.shard] = true
+		}
+		for i, m := range mine {
+			if m {
+				occupied[i]++
+			}
+		}
+	}
+	return admitted, occupied
+}
+
+// admitters returns, for each shard, the live replicas that admit it now;
+// given occupancy's counts and no shard occupied twice, none (they name
+// a violation's replicas).
+func (s *sim) admitters(occupied *[simShards]int) [][]string {
+	if occupied != nil && !slices.ContainsFunc(occupied[:], func(n int) bool { return n > 1 }) {
+		return nil
+	}
 	out := make([][]string, simShards)
 	for _, id := range s.ids() {
 		rp := s.reps[id]
@@ -708,7 +743,11 @@ func (s *sim) run(d time.Duration) string {
 			s.after(rp)
 		}
 		s.cancelled()
-		for i, a := range s.admitters() {
+		admitted, occupied := s.occupancy()
+		for i, a := range s.admitters(&occupied) {
+			if occupied[i] < 2 {
+				continue
+			}
 			for _, id := range s.ids() {
 				rp := s.reps[id]
 				if rp.dead || slices.Contains(a, id) {
@@ -727,8 +766,8 @@ func (s *sim) run(d time.Duration) string {
 		}
 		if s.now.Sub(t0) > simFaultFor+time.Minute {
 			complete := true
-			for _, a := range s.admitters() {
-				complete = complete && len(a) == 1
+			for _, n := range admitted {
+				complete = complete && n == 1
 			}
 			switch {
 			case complete:
@@ -736,7 +775,7 @@ func (s *sim) run(d time.Duration) string {
 			case unsettledSince.IsZero():
 				unsettledSince = s.now
 			case s.now.Sub(unsettledSince) > simSettle:
-				s.violated = fmt.Sprintf("at %v not every shard admitted for %v: %v\n%s", s.now.Sub(t0), simSettle, s.admitters(), s.dump())
+				s.violated = fmt.Sprintf("at %v not every shard admitted for %v: %v\n%s", s.now.Sub(t0), simSettle, s.admitters(nil), s.dump())
 			}
 		}
 	}
@@ -808,12 +847,17 @@ func (s *sim) startRuns(rp *simReplica) {
 // cancelled schedules the return of every run whose context was cancelled:
 // mostly within 300 ms, sometimes up to s.stop.
 func (s *sim) cancelled() {
-	for _, id := range s.ids() {
-		rp := s.reps[id]
-		for _, n := range slices.Sorted(maps.Keys(rp.runs)) {
-			if rp.runs[n].ctx.Err() == nil || rp.stopping[n] {
-				continue
+	var due []int
+	for _, rp := range s.list {
+		id := rp.id
+		due = due[:0]
+		for n, tk := range rp.runs {
+			if tk.ctx.Err() != nil && !rp.stopping[n] {
+				due = append(due, n)
 			}
+		}
+		slices.Sort(due) // the draws in order of start
+		for _, n := range due {
 			rp.stopping[n] = true
 			d := time.Duration(rp.rnd.Int64N(int64(300 * time.Millisecond)))
 			if rp.rnd.IntN(5) == 0 {
