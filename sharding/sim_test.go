@@ -126,10 +126,16 @@ type simReplica struct {
 	// tick after it is due.
 	pending  *simAnswer
 	nextTick time.Time
-	// runs in flight, by number, and whether a cancelled one's return
-	// is scheduled already.
-	runs     map[int]ticket
-	stopping map[int]bool
+	// runs in flight, in order of number (of start).
+	runs []simRun
+}
+
+// simRun is a run in flight: its number, its ticket, and whether its
+// return is scheduled already (it was cancelled).
+type simRun struct {
+	n        int
+	tk       ticket
+	stopping bool
 }
 
 // simAnswer is a membership write whose answer is on its way.
@@ -223,7 +229,6 @@ func (s *sim) start(id string) {
 		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: simShards, field: FieldUID},
 			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace})}
 	rp.led.init(simShards)
-	rp.runs, rp.stopping = make(map[int]ticket), make(map[int]bool)
 	s.reps[id] = rp
 	s.order = append(s.order, id)
 	s.list = append(s.list, rp)
@@ -530,8 +535,8 @@ func (s *sim) occupancy() (admitted, occupied [simShards]int) {
 			}
 		}
 		rp.led.mu.Unlock()
-		for _, tk := range rp.runs {
-			mine[tk.shard] = true
+		for _, r := range rp.runs {
+			mine[r.tk.shard] = true
 		}
 		for i, m := range mine {
 			if m {
@@ -643,7 +648,7 @@ func (s *sim) applyFault(f simFault) bool {
 	switch f.kind {
 	case "crash":
 		rp.dead = true
-		clear(rp.runs) // its runs die with it
+		rp.runs = nil // its runs die with it
 	case "partition":
 		rp.cutOff = s.now.Add(f.d)
 	case "leave":
@@ -705,9 +710,10 @@ func (s *sim) run(d time.Duration) string {
 		case "runend":
 			id, n, _ := cutLast(e.id)
 			rp := s.reps[id]
-			if tk, ok := rp.runs[n]; ok && !rp.dead {
-				delete(rp.runs, n)
-				delete(rp.stopping, n)
+			k := slices.IndexFunc(rp.runs, func(r simRun) bool { return r.n == n })
+			if k >= 0 && !rp.dead {
+				tk := rp.runs[k].tk
+				rp.runs = slices.Delete(rp.runs, k, k+1)
 				rp.led.end(tk, nil)
 				tk.cancel(nil)
 				if rp.pending == nil {
@@ -753,8 +759,8 @@ func (s *sim) run(d time.Duration) string {
 				if rp.dead || slices.Contains(a, id) {
 					continue
 				}
-				for _, tk := range rp.runs {
-					if tk.shard == i {
+				for _, r := range rp.runs {
+					if r.tk.shard == i {
 						a = append(a, id+" (a run)")
 						break
 					}
@@ -835,7 +841,7 @@ func (s *sim) startRuns(rp *simReplica) {
 		}
 		s.seq++
 		n := s.seq
-		rp.runs[n] = tk
+		rp.runs = append(rp.runs, simRun{n: n, tk: tk})
 		d := time.Duration(rp.rnd.Int64N(int64(4 * time.Second)))
 		if rp.rnd.IntN(10) == 0 {
 			d = simGrace + time.Duration(rp.rnd.Int64N(int64(simGrace)))
@@ -847,18 +853,15 @@ func (s *sim) startRuns(rp *simReplica) {
 // cancelled schedules the return of every run whose context was cancelled:
 // mostly within 300 ms, sometimes up to s.stop.
 func (s *sim) cancelled() {
-	var due []int
 	for _, rp := range s.list {
 		id := rp.id
-		due = due[:0]
-		for n, tk := range rp.runs {
-			if tk.ctx.Err() != nil && !rp.stopping[n] {
-				due = append(due, n)
+		for k := range rp.runs { // the draws in order of start
+			r := &rp.runs[k]
+			if r.stopping || r.tk.ctx.Err() == nil {
+				continue
 			}
-		}
-		slices.Sort(due) // the draws in order of start
-		for _, n := range due {
-			rp.stopping[n] = true
+			r.stopping = true
+			n := r.n
 			d := time.Duration(rp.rnd.Int64N(int64(300 * time.Millisecond)))
 			if rp.rnd.IntN(5) == 0 {
 				d = time.Duration(rp.rnd.Int64N(int64(s.stop))) // slow to honour it
