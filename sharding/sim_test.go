@@ -4,11 +4,11 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +110,8 @@ func (s *simStore) del(name string, cond leaseRef) error {
 // simulation's record of its process.
 type simReplica struct {
 	id      string
+	rate    float64    // its clock's rate (simDrift)
+	rnd     *rand.Rand // its draws, apart from the others': a fault dropped perturbs less
 	m       machine
 	led     *ledger
 	ring    *ringView
@@ -124,10 +126,16 @@ type simReplica struct {
 	// tick after it is due.
 	pending  *simAnswer
 	nextTick time.Time
-	// runs in flight, by number, and whether a cancelled one's return
-	// is scheduled already.
-	runs     map[int]ticket
-	stopping map[int]bool
+	// runs in flight, in order of number (of start).
+	runs []simRun
+}
+
+// simRun is a run in flight: its number, its ticket, and whether its
+// return is scheduled already (it was cancelled).
+type simRun struct {
+	n        int
+	tk       ticket
+	stopping bool
 }
 
 // simAnswer is a membership write whose answer is on its way.
@@ -167,21 +175,35 @@ func (q *simQueue) Pop() any {
 }
 
 type sim struct {
-	rnd      *rand.Rand
-	now      time.Time
-	seq      int
-	q        simQueue
-	store    simStore
-	reps     map[string]*simReplica
-	order    []string // the identities, in order of start
-	next     int      // the next identity's number
-	trace    []string
+	seed  uint64
+	now   time.Time
+	seq   int
+	q     simQueue
+	store simStore
+	reps  map[string]*simReplica
+	order []string      // the identities, in order of start
+	list  []*simReplica // the replicas, in order of start
+	next  int           // the next identity's number
+	trace []string
+	// The faults: drawn from frnd, or replayed from plan; those applied.
+	frnd    *rand.Rand
+	replay  bool
+	plan    []simFault
+	planned int
+	faults  []simFault
+	// stop is the longest a cancelled run takes to return (simStop; a
+	// test sets more to break the timing assumption).
+	stop time.Duration
+	// ignore, when set, is how long every cancelled run takes to return
+	// (a test's break of the timing assumption).
+	ignore   time.Duration
 	events   int
 	violated string
+	writes   map[string][2]int // sent once quiet: member, shard Leases
 }
 
 func newSim(seed uint64) *sim {
-	s := &sim{rnd: rand.New(rand.NewPCG(seed, 0x5eed)), now: t0, reps: make(map[string]*simReplica),
+	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, reps: make(map[string]*simReplica),
 		store: simStore{recs: make(map[string]simRec)}}
 	_, _ = s.store.put("ring", parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: simShards, field: FieldUID}}}, nil)
 	return s
@@ -192,18 +214,49 @@ func (s *sim) at(d time.Duration, kind, id string) {
 	heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: s.seq, kind: kind, id: id})
 }
 
-func (s *sim) start() {
-	id := fmt.Sprintf("r%02d", s.next)
-	s.next++
-	rp := &simReplica{id: id, led: &ledger{}, ring: newRingView("sim", simShards),
+// start starts a replica: the next identity, or id (a join replayed,
+// under the identity it had when drawn: dropping a join renames no other).
+func (s *sim) start(id string) {
+	n := s.next
+	if id == "" {
+		id = fmt.Sprintf("r%02d", s.next)
+	} else {
+		n, _ = strconv.Atoi(id[1:])
+	}
+	s.next = max(s.next, n+1)
+	rnd := rand.New(rand.NewPCG(s.seed, 0x5eed+uint64(n)))
+	rp := &simReplica{id: id, rnd: rnd, rate: 1 + simDrift*(2*rnd.Float64()-1), led: &ledger{}, ring: newRingView("sim", simShards),
 		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: simShards, field: FieldUID},
 			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace})}
 	rp.led.init(simShards)
-	rp.runs, rp.stopping = make(map[int]ticket), make(map[int]bool)
 	s.reps[id] = rp
 	s.order = append(s.order, id)
+	s.list = append(s.list, rp)
 	s.deliver(rp, len(s.store.log)) // its first list
-	s.at(time.Duration(s.rnd.Int64N(int64(simRetry))), "tick", id)
+	s.at(s.span(rp, time.Duration(rp.rnd.Int64N(int64(simRetry)))), "tick", id)
+}
+
+// simDrift bounds how far a replica's clock rate is off: each runs at a
+// rate drawn from [1−simDrift, 1+simDrift]. The timing assumption holds
+// with it: a holder stops admitting RenewDeadline after a write on its
+// clock, at most RenewDeadline/(1−simDrift) = 10.2 s, and its cancelled
+// runs return within simStop (4 s) more, before a taker's LeaseDuration on
+// its clock ends, at least LeaseDuration/(1+simDrift) = 14.7 s.
+const simDrift = 0.02
+
+// clock is rp's clock now: it runs at rp.rate.
+func (s *sim) clock(rp *simReplica) time.Time {
+	return t0.Add(time.Duration(float64(s.now.Sub(t0)) * rp.rate))
+}
+
+// real is the simulation's time when rp's clock reads at.
+func (s *sim) real(rp *simReplica, at time.Time) time.Time {
+	return t0.Add(time.Duration(float64(at.Sub(t0)) / rp.rate))
+}
+
+// span is how long d on rp's clock takes.
+func (s *sim) span(rp *simReplica, d time.Duration) time.Duration {
+	return time.Duration(float64(d) / rp.rate)
 }
 
 // reach reports whether a request of rp lands, and whether its answer
@@ -212,7 +265,7 @@ func (s *sim) reach(rp *simReplica) (lands, answered bool) {
 	if s.now.Before(rp.cutOff) {
 		return false, false
 	}
-	return true, !s.faulty() || s.rnd.IntN(20) != 0 // one answer in twenty lost
+	return true, !s.faulty() || rp.rnd.IntN(20) != 0 // one answer in twenty lost
 }
 
 // faulty reports whether faults are still drawn.
@@ -223,6 +276,7 @@ func (s *sim) faulty() bool {
 var simTimeout = apierrors.NewTimeoutError("lost", 1)
 
 func (s *sim) write(rp *simReplica, name string, p parsed, cond *leaseRef) (leaseRef, error) {
+	s.sent(rp, name)
 	lands, answered := s.reach(rp)
 	if !lands {
 		return leaseRef{}, simTimeout
@@ -242,9 +296,9 @@ func (s *sim) changed() {
 		if rp.dead {
 			continue
 		}
-		d := time.Duration(s.rnd.Int64N(int64(200 * time.Millisecond)))
-		if s.faulty() && s.rnd.IntN(50) == 0 {
-			d = time.Duration(s.rnd.Int64N(int64(2 * simLease))) // a stalled watch
+		d := time.Duration(rp.rnd.Int64N(int64(200 * time.Millisecond)))
+		if s.faulty() && rp.rnd.IntN(50) == 0 {
+			d = time.Duration(rp.rnd.Int64N(int64(2 * simLease))) // a stalled watch
 		}
 		at := s.now.Add(d)
 		if at.Before(rp.watchAt) {
@@ -267,7 +321,7 @@ func (s *sim) deliver(rp *simReplica, upTo int) {
 		}
 		p := c.p
 		p.m.ref, p.s.ref, p.r.ref = c.ref, c.ref, c.ref
-		g.setLocked(p, s.now)
+		g.setLocked(p, s.clock(rp))
 	}
 	g.mu.Unlock()
 }
@@ -276,8 +330,37 @@ func (s *sim) deliver(rp *simReplica, upTo int) {
 func (s *sim) apply(rp *simReplica, p parsed, ref leaseRef) {
 	p.m.ref, p.s.ref, p.r.ref = ref, ref, ref
 	rp.ring.mu.Lock()
-	rp.ring.setLocked(p, s.now)
+	rp.ring.setLocked(p, s.clock(rp))
 	rp.ring.mu.Unlock()
+}
+
+// simQuiet is when the write bound starts to hold: the faults have
+// stopped a minute ago and the ring has had simSettle more to settle.
+const simQuiet = simFaultFor + time.Minute + simSettle
+
+// simMaxWrites bounds the Lease writes each replica sends in a quiet
+// window of w: one membership renewal a tick, ticks at least a
+// RetryPeriod apart on its clock (the jitter only adds), which runs up to
+// simDrift fast, and a settled ring moves no shard: at most one write a
+// RetryPeriod, plus one for the window's edge.
+func simMaxWrites(w time.Duration) int { return int(float64(w)*(1+simDrift)/float64(simRetry)) + 1 }
+
+// sent counts a Lease write (or delete) rp sends once the ring is quiet,
+// by replica and by kind of Lease (member or shard).
+func (s *sim) sent(rp *simReplica, name string) {
+	if s.now.Sub(t0) < simQuiet {
+		return
+	}
+	if s.writes == nil {
+		s.writes = make(map[string][2]int)
+	}
+	w := s.writes[rp.id]
+	if name[:6] == "shard-" {
+		w[1]++
+	} else {
+		w[0]++
+	}
+	s.writes[rp.id] = w
 }
 
 // ids returns every replica's identity, in order of start (and of name).
@@ -288,7 +371,7 @@ func (s *sim) ids() []string { return s.order }
 // longer than RenewDeadline.
 func (s *sim) renew(rp *simReplica, tick bool) bool {
 	st := rp.led.status()
-	w, ok := rp.m.renewal(st, s.now, fmt.Sprintf("%s-%d", rp.id, s.seq))
+	w, ok := rp.m.renewal(st, s.clock(rp), fmt.Sprintf("%s-%d", rp.id, s.seq))
 	if !ok {
 		return false
 	}
@@ -300,14 +383,14 @@ func (s *sim) renew(rp *simReplica, tick bool) bool {
 		cond = &c
 	}
 	ref, err := s.write(rp, "member-"+rp.id, p, cond)
-	d := time.Duration(s.rnd.Int64N(int64(100 * time.Millisecond)))
-	if s.faulty() && s.rnd.IntN(30) == 0 {
-		d = time.Duration(s.rnd.Int64N(int64(2 * simRenew))) // a slow answer
+	d := time.Duration(rp.rnd.Int64N(int64(100 * time.Millisecond)))
+	if s.faulty() && rp.rnd.IntN(30) == 0 {
+		d = time.Duration(rp.rnd.Int64N(int64(2 * simRenew))) // a slow answer
 	}
-	if d > simRenew {
-		d, err = simRenew, simTimeout // the request's context ends at RenewDeadline
+	if dl := s.span(rp, simRenew); d > dl {
+		d, err = dl, simTimeout // the request's context ends at RenewDeadline
 	}
-	rp.pending = &simAnswer{st: st, w: w, p: p, sent: s.now, ref: ref, err: err, tick: tick}
+	rp.pending = &simAnswer{st: st, w: w, p: p, sent: s.clock(rp), ref: ref, err: err, tick: tick}
 	s.at(d, "answer", rp.id)
 	return true
 }
@@ -335,36 +418,37 @@ func (s *sim) answer(rp *simReplica) {
 			}
 		}
 		if gone && pa.st.alive {
-			rp.led.lose(true, s.now)
+			rp.led.lose(true, s.clock(rp))
 		}
 		return
 	}
 	rp.member = pa.ref
 	s.apply(rp, pa.p, pa.ref)
-	switch rp.led.answered(sentWrite{at: pa.sent, wasAlive: pa.st.alive, session: pa.w.session}, s.now, simRenew) {
+	switch rp.led.answered(sentWrite{at: pa.sent, wasAlive: pa.st.alive, session: pa.w.session}, s.clock(rp), simRenew) {
 	case answerIgnored:
 		return
 	case answerJoined:
 		rp.m.joined(pa.w)
 	}
 	late := time.Duration(0) // the expire timer, which may fire late
-	if s.rnd.IntN(10) == 0 {
-		late = time.Duration(s.rnd.Int64N(int64(time.Second)))
+	if rp.rnd.IntN(10) == 0 {
+		late = time.Duration(rp.rnd.Int64N(int64(time.Second)))
 	}
 	s.seq++
-	heap.Push(&s.q, simEvent{at: pa.sent.Add(simRenew + late), seq: s.seq, kind: "expire", id: rp.id})
+	heap.Push(&s.q, simEvent{at: s.real(rp, pa.sent.Add(simRenew+late)), seq: s.seq, kind: "expire", id: rp.id})
 }
 
 // decide mirrors loop.go's decide and exec.go's carryOut.
 func (s *sim) decide(rp *simReplica, tick bool) {
 	var v view
 	rp.ring.snapshot(&v)
-	fence, refuse := rp.m.check(&v, s.now)
+	fence, refuse := rp.m.check(&v, s.clock(rp))
 	if refuse != nil {
 		s.violated = "refused: " + refuse.Error()
 		return
 	}
 	for _, w := range fence {
+		s.sent(rp, "member-"+w.id)
 		lands, answered := s.reach(rp)
 		var err error = simTimeout
 		if lands {
@@ -381,12 +465,12 @@ func (s *sim) decide(rp *simReplica, tick bool) {
 		}
 		rp.m.fenceFailed(w)
 	}
-	if !rp.led.adopt(&v, rp.id, rp.m.tried.unknown, s.now) {
-		rp.led.lose(true, s.now)
+	if !rp.led.adopt(&v, rp.id, rp.m.tried.unknown, s.clock(rp)) {
+		rp.led.lose(true, s.clock(rp))
 		return
 	}
 	active, _ := rp.led.states()
-	a := rp.m.Step(observation{now: s.now, tick: tick, v: &v, session: rp.led.status(), active: active})
+	a := rp.m.Step(observation{now: s.clock(rp), tick: tick, v: &v, session: rp.led.status(), active: active})
 	if len(a.drain) > 0 {
 		rp.led.drain(a.drain, a.graceEnd)
 	}
@@ -410,7 +494,7 @@ func (s *sim) decide(rp *simReplica, tick bool) {
 
 // progress mirrors exec.go's progress, and marks every held shard filled.
 func (s *sim) progress(rp *simReplica) {
-	release, session, _ := rp.led.drainScan(s.now)
+	release, session, _ := rp.led.drainScan(s.clock(rp))
 	ds := make([]drained, len(release))
 	for k, i := range release {
 		ds[k] = drained{i: i, s: rp.ring.shard(i)}
@@ -434,8 +518,42 @@ func (s *sim) progress(rp *simReplica) {
 	rp.led.setFilled(filled, 0)
 }
 
-// admitters returns, for each shard, the live replicas that admit it now.
-func (s *sim) admitters() [][]string {
+// occupancy counts, for each shard, the live replicas that admit it now,
+// and those that admit it or run it.
+func (s *sim) occupancy() (admitted, occupied [simShards]int) {
+	for _, rp := range s.list {
+		if rp.dead {
+			continue
+		}
+		var mine [simShards]bool
+		now := s.clock(rp)
+		rp.led.mu.Lock()
+		for i := range simShards {
+			if rp.led.admitsLocked(i, now) {
+				admitted[i]++
+				mine[i] = true
+			}
+		}
+		rp.led.mu.Unlock()
+		for _, r := range rp.runs {
+			mine[r.tk.shard] = true
+		}
+		for i, m := range mine {
+			if m {
+				occupied[i]++
+			}
+		}
+	}
+	return admitted, occupied
+}
+
+// admitters returns, for each shard, the live replicas that admit it now;
+// given occupancy's counts and no shard occupied twice, none (they name
+// a violation's replicas).
+func (s *sim) admitters(occupied *[simShards]int) [][]string {
+	if occupied != nil && !slices.ContainsFunc(occupied[:], func(n int) bool { return n > 1 }) {
+		return nil
+	}
 	out := make([][]string, simShards)
 	for _, id := range s.ids() {
 		rp := s.reps[id]
@@ -444,7 +562,7 @@ func (s *sim) admitters() [][]string {
 		}
 		rp.led.mu.Lock()
 		for i := range simShards {
-			if rp.led.admitsLocked(i, s.now) {
+			if rp.led.admitsLocked(i, s.clock(rp)) {
 				out[i] = append(out[i], id)
 			}
 		}
@@ -453,53 +571,117 @@ func (s *sim) admitters() [][]string {
 	return out
 }
 
-// fault draws one fault at a time while faults last.
+// simFault is one fault: at a time since the start, what, to whom (the
+// replica's identity; for a join, the identity it gets when drawn), and
+// for how long (a partition).
+type simFault struct {
+	at   time.Duration
+	kind string // join, crash, partition, leave
+	id   string
+	d    time.Duration
+}
+
+// fault applies the next fault, drawn from the fault stream or taken from
+// the plan being replayed, and schedules the one after it.
 func (s *sim) fault() {
-	ids := s.ids()
+	var f simFault
+	if s.replay {
+		f = s.plan[s.planned]
+		s.planned++
+	} else {
+		f = s.draw()
+	}
+	if s.applyFault(f) {
+		s.faults = append(s.faults, f)
+		s.trace = append(s.trace, f.String())
+	}
+	switch {
+	case s.replay && s.planned < len(s.plan):
+		s.at(max(0, s.plan[s.planned].at-s.now.Sub(t0)), "fault", "")
+	case !s.replay && s.faulty():
+		s.at(time.Duration(s.frnd.Int64N(int64(20*time.Second))), "fault", "")
+	}
+}
+
+// live returns the replicas neither dead nor leaving.
+func (s *sim) live() []string {
 	var live []string
-	for _, id := range ids {
+	for _, id := range s.ids() {
 		if !s.reps[id].dead && !s.reps[id].leaving {
 			live = append(live, id)
 		}
 	}
-	switch k := s.rnd.IntN(10); {
+	return live
+}
+
+// draw draws one fault from the fault stream, which is the seed's but
+// apart from every other draw: a plan replayed whole runs as drawn.
+func (s *sim) draw() simFault {
+	live := s.live()
+	f := simFault{at: s.now.Sub(t0)}
+	switch k := s.frnd.IntN(10); {
 	case k < 3 || len(live) < 2:
-		s.start()
-		s.trace = append(s.trace, fmt.Sprintf("%v join r%02d", s.now.Sub(t0), s.next-1))
+		f.kind, f.id = "join", fmt.Sprintf("r%02d", s.next)
 	case k < 5:
-		id := live[s.rnd.IntN(len(live))]
-		s.reps[id].dead = true
-		clear(s.reps[id].runs) // its runs die with it
-		s.trace = append(s.trace, fmt.Sprintf("%v crash %s", s.now.Sub(t0), id))
+		f.kind, f.id = "crash", live[s.frnd.IntN(len(live))]
 	case k < 7:
-		id := live[s.rnd.IntN(len(live))]
-		d := time.Duration(s.rnd.Int64N(int64(3 * simLease)))
-		s.reps[id].cutOff = s.now.Add(d)
-		s.trace = append(s.trace, fmt.Sprintf("%v partition %s for %v", s.now.Sub(t0), id, d))
+		f.kind, f.id = "partition", live[s.frnd.IntN(len(live))]
+		f.d = time.Duration(s.frnd.Int64N(int64(3 * simLease)))
 	default:
-		id := live[s.rnd.IntN(len(live))]
-		rp := s.reps[id]
+		f.kind, f.id = "leave", live[s.frnd.IntN(len(live))]
+	}
+	return f
+}
+
+// applyFault applies f, unless it names a replica not live now (a plan
+// shrunk may drop the join that started it, or drop nothing yet kill it
+// otherwise); it reports whether it applied.
+func (s *sim) applyFault(f simFault) bool {
+	if f.kind == "join" {
+		s.start(f.id)
+		return true
+	}
+	rp := s.reps[f.id]
+	if rp == nil || rp.dead || rp.leaving {
+		return false
+	}
+	switch f.kind {
+	case "crash":
+		rp.dead = true
+		rp.runs = nil // its runs die with it
+	case "partition":
+		rp.cutOff = s.now.Add(f.d)
+	case "leave":
 		rp.leaving = true
-		rp.m.leaveAt = s.now
+		rp.m.leaveAt = s.clock(rp)
 		rp.led.leave()
 		if rp.pending == nil {
 			s.renew(rp, false)
 		}
-		s.trace = append(s.trace, fmt.Sprintf("%v leave %s", s.now.Sub(t0), id))
 	}
-	if s.faulty() {
-		s.at(time.Duration(s.rnd.Int64N(int64(20*time.Second))), "fault", "")
+	return true
+}
+
+func (f simFault) String() string {
+	if f.kind == "partition" {
+		return fmt.Sprintf("%v partition %s for %v", f.at, f.id, f.d)
 	}
+	return fmt.Sprintf("%v %s %s", f.at, f.kind, f.id)
 }
 
 // run runs the ring for d of simulated time and returns the first
 // violation ("" none).
 func (s *sim) run(d time.Duration) string {
 	for range 3 {
-		s.start()
+		s.start("")
 	}
 	s.trace = append(s.trace, "0s start r00 r01 r02")
-	s.at(10*time.Second, "fault", "")
+	switch {
+	case !s.replay:
+		s.at(10*time.Second, "fault", "")
+	case len(s.plan) > 0:
+		s.at(s.plan[0].at, "fault", "")
+	}
 	end := t0.Add(d)
 	var unsettledSince time.Time
 	for s.q.Len() > 0 && s.violated == "" {
@@ -522,15 +704,16 @@ func (s *sim) run(d time.Duration) string {
 			}
 		case "expire":
 			rp := s.reps[e.id]
-			if !rp.dead && rp.led.alive && !s.now.Before(rp.led.deadline) {
-				rp.led.lose(false, s.now)
+			if !rp.dead && rp.led.alive && !s.clock(rp).Before(rp.led.deadline) {
+				rp.led.lose(false, s.clock(rp))
 			}
 		case "runend":
 			id, n, _ := cutLast(e.id)
 			rp := s.reps[id]
-			if tk, ok := rp.runs[n]; ok && !rp.dead {
-				delete(rp.runs, n)
-				delete(rp.stopping, n)
+			k := slices.IndexFunc(rp.runs, func(r simRun) bool { return r.n == n })
+			if k >= 0 && !rp.dead {
+				tk := rp.runs[k].tk
+				rp.runs = slices.Delete(rp.runs, k, k+1)
 				rp.led.end(tk, nil)
 				tk.cancel(nil)
 				if rp.pending == nil {
@@ -554,9 +737,9 @@ func (s *sim) run(d time.Duration) string {
 			if rp.pending != nil {
 				continue // the answer's event ticks again
 			}
-			rp.nextTick = s.now.Add(simRetry + time.Duration(s.rnd.Int64N(int64(jitterMax(simRetry, simRenew))+1)))
-			if rp.led.alive && !s.now.Before(rp.led.deadline) {
-				rp.led.lose(false, s.now) // the expire timer
+			rp.nextTick = s.now.Add(s.span(rp, simRetry+time.Duration(rp.rnd.Int64N(int64(jitterMax(simRetry, simRenew))+1))))
+			if rp.led.alive && !s.clock(rp).Before(rp.led.deadline) {
+				rp.led.lose(false, s.clock(rp)) // the expire timer
 			}
 			rp.m.newTick()
 			if s.renew(rp, true) {
@@ -566,14 +749,18 @@ func (s *sim) run(d time.Duration) string {
 			s.after(rp)
 		}
 		s.cancelled()
-		for i, a := range s.admitters() {
+		admitted, occupied := s.occupancy()
+		for i, a := range s.admitters(&occupied) {
+			if occupied[i] < 2 {
+				continue
+			}
 			for _, id := range s.ids() {
 				rp := s.reps[id]
 				if rp.dead || slices.Contains(a, id) {
 					continue
 				}
-				for _, tk := range rp.runs {
-					if tk.shard == i {
+				for _, r := range rp.runs {
+					if r.tk.shard == i {
 						a = append(a, id+" (a run)")
 						break
 					}
@@ -585,8 +772,8 @@ func (s *sim) run(d time.Duration) string {
 		}
 		if s.now.Sub(t0) > simFaultFor+time.Minute {
 			complete := true
-			for _, a := range s.admitters() {
-				complete = complete && len(a) == 1
+			for _, n := range admitted {
+				complete = complete && n == 1
 			}
 			switch {
 			case complete:
@@ -594,7 +781,16 @@ func (s *sim) run(d time.Duration) string {
 			case unsettledSince.IsZero():
 				unsettledSince = s.now
 			case s.now.Sub(unsettledSince) > simSettle:
-				s.violated = fmt.Sprintf("at %v not every shard admitted for %v: %v\n%s", s.now.Sub(t0), simSettle, s.admitters(), s.dump())
+				s.violated = fmt.Sprintf("at %v not every shard admitted for %v: %v\n%s", s.now.Sub(t0), simSettle, s.admitters(nil), s.dump())
+			}
+		}
+	}
+	if s.violated == "" && !s.now.Before(t0.Add(d-simRetry)) && d > simQuiet {
+		bound := simMaxWrites(d - simQuiet)
+		for _, id := range s.ids() {
+			if w := s.writes[id]; w[0]+w[1] > bound {
+				s.violated = fmt.Sprintf("%s sent %d member and %d shard Lease writes in the quiet %v (bound %d)", id, w[0], w[1], d-simQuiet, bound)
+				break
 			}
 		}
 	}
@@ -605,7 +801,8 @@ func (s *sim) run(d time.Duration) string {
 // membership Lease and stops; the others tick again at nextTick.
 func (s *sim) after(rp *simReplica) {
 	if rp.leaving && !rp.led.busy() {
-		rp.led.lose(true, s.now)
+		rp.led.lose(true, s.clock(rp))
+		s.sent(rp, "member-"+rp.id)
 		if lands, _ := s.reach(rp); lands && rp.member.known() {
 			_ = s.store.del("member-"+rp.id, rp.member)
 			s.changed()
@@ -623,8 +820,8 @@ func (s *sim) after(rp *simReplica) {
 
 // step is one decision of rp, as the loop takes it after an event.
 func (s *sim) step(rp *simReplica, tick bool) {
-	if rp.led.alive && !s.now.Before(rp.led.deadline) {
-		rp.led.lose(false, s.now)
+	if rp.led.alive && !s.clock(rp).Before(rp.led.deadline) {
+		rp.led.lose(false, s.clock(rp))
 	}
 	s.decide(rp, tick)
 	s.progress(rp)
@@ -635,37 +832,42 @@ func (s *sim) step(rp *simReplica, tick bool) {
 // 0–4 s (one in ten outlives GracePeriod), unless cancelled first.
 func (s *sim) startRuns(rp *simReplica) {
 	for i := range simShards {
-		if s.rnd.IntN(3) != 0 {
+		if rp.rnd.IntN(3) != 0 {
 			continue
 		}
-		tk, ok := rp.led.begin(context.Background(), "k"+strconv.Itoa(i), i, true, s.now)
+		tk, ok := rp.led.begin(context.Background(), "k"+strconv.Itoa(i), i, true, s.clock(rp))
 		if !ok {
 			continue
 		}
 		s.seq++
 		n := s.seq
-		rp.runs[n] = tk
-		d := time.Duration(s.rnd.Int64N(int64(4 * time.Second)))
-		if s.rnd.IntN(10) == 0 {
-			d = simGrace + time.Duration(s.rnd.Int64N(int64(simGrace)))
+		rp.runs = append(rp.runs, simRun{n: n, tk: tk})
+		d := time.Duration(rp.rnd.Int64N(int64(4 * time.Second)))
+		if rp.rnd.IntN(10) == 0 {
+			d = simGrace + time.Duration(rp.rnd.Int64N(int64(simGrace)))
 		}
 		heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: rp.id + "@" + strconv.Itoa(n)})
 	}
 }
 
 // cancelled schedules the return of every run whose context was cancelled:
-// mostly within 300 ms, sometimes up to simStop.
+// mostly within 300 ms, sometimes up to s.stop.
 func (s *sim) cancelled() {
-	for _, id := range s.ids() {
-		rp := s.reps[id]
-		for _, n := range slices.Sorted(maps.Keys(rp.runs)) {
-			if rp.runs[n].ctx.Err() == nil || rp.stopping[n] {
+	for _, rp := range s.list {
+		id := rp.id
+		for k := range rp.runs { // the draws in order of start
+			r := &rp.runs[k]
+			if r.stopping || r.tk.ctx.Err() == nil {
 				continue
 			}
-			rp.stopping[n] = true
-			d := time.Duration(s.rnd.Int64N(int64(300 * time.Millisecond)))
-			if s.rnd.IntN(5) == 0 {
-				d = time.Duration(s.rnd.Int64N(int64(simStop))) // slow to honour it
+			r.stopping = true
+			n := r.n
+			d := time.Duration(rp.rnd.Int64N(int64(300 * time.Millisecond)))
+			if rp.rnd.IntN(5) == 0 {
+				d = time.Duration(rp.rnd.Int64N(int64(s.stop))) // slow to honour it
+			}
+			if s.ignore > 0 {
+				d = s.ignore
 			}
 			s.seq++
 			heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: id + "@" + strconv.Itoa(n)})
@@ -704,7 +906,9 @@ func TestSimRing(t *testing.T) {
 		}
 		s := newSim(seed)
 		if v := s.run(simRingMinutes); v != "" {
-			t.Fatalf("seed %d: %s\nfaults:\n%s", seed, v, join(s.trace))
+			shrunk, _ := shrinkSim(simCase{seed, s.faults}, 0, 300)
+			t.Fatalf("seed %d: %s\nfaults:\n%s\nshrunk from %d faults to %d, for simCases:\n%s",
+				seed, v, join(s.trace), len(s.faults), len(shrunk.faults), shrunk.goString())
 		}
 		events += s.events
 		n++
@@ -754,4 +958,131 @@ func (s *sim) dump() string {
 			id, rp.dead, rp.leaving, rp.led.alive, rp.led.session, rp.led.deadline.Sub(t0), active, draining, rp.m.aliveFor, ok, m.p.m.session, m.p.m.confirmed, rp.cutOff.Sub(t0))
 	}
 	return out
+}
+
+// simCase is a seed and a plan of faults that replays exactly; a shrunk
+// failure prints as one.
+type simCase struct {
+	seed   uint64
+	faults []simFault
+}
+
+// simCases are shrunk failures kept as regression cases: each must pass.
+// The first is TestSimShrink's failure (every cancelled run returning two
+// LeaseDurations late) shrunk from 9 faults: it passes under the timing
+// assumption, and shows the printed form compiles and replays.
+var simCases = []simCase{
+	{seed: 1, faults: []simFault{
+		{at: 20589875431, kind: "join", id: "r03", d: 0},                // 20.589875431s join r03
+		{at: 31843308027, kind: "join", id: "r04", d: 0},                // 31.843308027s join r04
+		{at: 80035205651, kind: "partition", id: "r03", d: 16439000231}, // 1m20.035205651s partition r03 for 16.439000231s
+		{at: 81244069327, kind: "join", id: "r06", d: 0},                // 1m21.244069327s join r06
+		{at: 97948750716, kind: "partition", id: "r06", d: 18485527601}, // 1m37.948750716s partition r06 for 18.485527601s
+	}},
+}
+
+// replaySim runs c's seed with c's faults in place of the drawn ones.
+func replaySim(c simCase, ignore time.Duration) *sim {
+	s := newSim(c.seed)
+	s.replay, s.plan, s.ignore = true, c.faults, ignore
+	s.run(simRingMinutes)
+	return s
+}
+
+// simClass names the kind of a violation: a shrunk plan must fail the
+// same way.
+func simClass(v string) string {
+	switch {
+	case v == "":
+		return ""
+	case strings.Contains(v, "admitted or run by"):
+		return "exclusion"
+	case strings.Contains(v, "not every shard admitted"):
+		return "completeness"
+	}
+	return "other"
+}
+
+// shrinkSim shrinks c's faults by delta debugging (ddmin): it drops
+// chunks of the plan, halving the chunks when no chunk can go, and keeps
+// a drop whenever the ring still fails the same way; runs bounds the
+// replays. It returns the shortest plan found and the replays made.
+func shrinkSim(c simCase, ignore time.Duration, runs int) (simCase, int) {
+	want := simClass(replaySim(c, ignore).violated)
+	made := 1
+	if want == "" {
+		return c, made
+	}
+	cur, n := c.faults, 2
+	for len(cur) >= 2 && made < runs {
+		chunk := (len(cur) + n - 1) / n
+		dropped := false
+		for lo := 0; lo < len(cur) && made < runs; lo += chunk {
+			try := slices.Concat(cur[:lo], cur[min(lo+chunk, len(cur)):])
+			made++
+			if simClass(replaySim(simCase{c.seed, try}, ignore).violated) == want {
+				cur, n, dropped = try, max(n-1, 2), true
+				break
+			}
+		}
+		if !dropped {
+			if n >= len(cur) {
+				break
+			}
+			n = min(2*n, len(cur))
+		}
+	}
+	if len(cur) == 1 && made < runs { // and perhaps no fault at all
+		made++
+		if simClass(replaySim(simCase{c.seed, nil}, ignore).violated) == want {
+			cur = nil
+		}
+	}
+	return simCase{c.seed, cur}, made
+}
+
+// goString prints c as a Go literal for simCases.
+func (c simCase) goString() string {
+	out := fmt.Sprintf("{seed: %d, faults: []simFault{\n", c.seed)
+	for _, f := range c.faults {
+		out += fmt.Sprintf("\t{at: %d, kind: %q, id: %q, d: %d}, // %v\n", int64(f.at), f.kind, f.id, int64(f.d), f)
+	}
+	return out + "}},"
+}
+
+// TestSimCases replays every kept case.
+func TestSimCases(t *testing.T) {
+	for _, c := range simCases {
+		if s := replaySim(c, 0); s.violated != "" {
+			t.Errorf("case of seed %d: %s\nfaults:\n%s", c.seed, s.violated, join(s.trace))
+		}
+	}
+}
+
+// TestSimShrink breaks the timing assumption (every cancelled run takes
+// two LeaseDurations to return), takes the first seed that fails,
+// and checks that a plan replayed whole fails as drawn and that shrinking
+// leaves a shorter plan that still fails the same way.
+func TestSimShrink(t *testing.T) {
+	const ignore = 2 * simLease
+	for seed := uint64(0); seed < 20; seed++ {
+		s := newSim(seed)
+		s.ignore = ignore
+		v := s.run(simRingMinutes)
+		if v == "" {
+			continue
+		}
+		c := simCase{seed, s.faults}
+		if r := replaySim(c, ignore); r.violated != v || r.events != s.events {
+			t.Fatalf("seed %d replayed from its plan: %q after %d events, drawn: %q after %d", seed, r.violated, r.events, v, s.events)
+		}
+		shrunk, made := shrinkSim(c, ignore, 24) // few replays, for CI's time
+		r := replaySim(shrunk, ignore)
+		t.Logf("seed %d: %s; shrunk from %d faults to %d in %d replays:\n%s", seed, v, len(c.faults), len(shrunk.faults), made, shrunk.goString())
+		if len(shrunk.faults) >= len(c.faults) || simClass(r.violated) != simClass(v) {
+			t.Fatalf("shrunk from %d faults to %d, failing %q (drawn: %q)", len(c.faults), len(shrunk.faults), r.violated, v)
+		}
+		return
+	}
+	t.Fatal("no seed of 20 fails with runs that outlive the timing assumption")
 }
