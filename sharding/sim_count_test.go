@@ -57,6 +57,7 @@ func TestSimCount(t *testing.T) {
 			if v := s.run(3 * time.Minute); v != "" {
 				t.Fatalf("%s, seed %d: %s\nfaults:\n%s", sc.name, seed, v, join(s.trace))
 			}
+			t.Logf("%s, seed %d: longest gap %v, after its drain %v (%d gaps)", sc.name, seed, s.move.maxGap, s.move.maxAfter, s.move.gaps)
 			if s.switches != sc.switches {
 				t.Errorf("%s, seed %d: %d switches of the count, want %d\n%s", sc.name, seed, s.switches, sc.switches, s.dump())
 			}

@@ -210,6 +210,7 @@ type sim struct {
 	// gone is since when no replica of the ring's count runs (zero: one
 	// does); switches counts the completed count switches.
 	gone     time.Time
+	move     simMoves
 	count    int
 	switches int
 	events   int
@@ -497,6 +498,7 @@ func (s *sim) decide(rp *simReplica, tick bool) {
 			rp.m.ringFailed(*w)
 		} else {
 			s.apply(rp, p, out)
+			s.freed(0, simUnits)
 		}
 	}
 	for _, w := range a.seal {
@@ -553,6 +555,7 @@ func (s *sim) progress(rp *simReplica) {
 		}
 		s.apply(rp, p, out)
 		rp.led.released(w.i)
+		s.freed(rp.units(w.i))
 		rp.m.releaseDone(w.i)
 	}
 	filled := make([]bool, rp.shards)
@@ -947,6 +950,7 @@ func (s *sim) run(d time.Duration) string {
 			}
 		}
 		s.checkSwitch()
+		s.checkMoves(&admitted)
 		if s.calm || s.now.Sub(t0) > simFaultFor+time.Minute {
 			complete := true
 			for _, n := range admitted {
@@ -1006,6 +1010,60 @@ func (s *sim) checkSwitch() {
 		s.gone = s.now
 	case (s.calm || s.gone.Sub(t0) > simFaultFor+time.Minute) && s.now.Sub(s.gone) > simSwitchBound && s.violated == "":
 		s.violated = fmt.Sprintf("at %v the ring's count %d not switched %v after its last replica went\n%s", s.now.Sub(t0), ri.conf.shards, simSwitchBound, s.dump())
+	}
+}
+
+// simMoves follows each unit's gaps for check (c): since when no replica
+// admits it (gap; zero while one does or before one first did), and when a
+// Lease covering it was last released, or the ring's Lease last written.
+type simMoves struct {
+	was      [simUnits]bool
+	gap      [simUnits]time.Time
+	freed    [simUnits]time.Time
+	maxGap   time.Duration // the longest gap
+	maxAfter time.Duration // the longest part of a gap after its drain
+	gaps     int
+}
+
+// simMoveBound bounds check (c): a planned move's gap, after the holder's
+// drain ends with its release (or, in a count switch, after the ring's
+// Lease records the new count), lasts until the taker sees it and writes,
+// on the event, not on a tick: a watch event (at most 200 ms here), after
+// its membership write in flight (100 ms), and a second round of both for
+// a write that meets a version it has not seen yet.
+const simMoveBound = time.Second
+
+// freed records the release of a Lease covering units [lo, hi).
+func (s *sim) freed(lo, hi int) {
+	for u := lo; u < hi; u++ {
+		s.move.freed[u] = s.now
+	}
+}
+
+// checkMoves is check (c), in a calm scenario, where every move is planned
+// (graceful leaves, rollouts, joins): a unit's gap, less its drain, stays
+// within simMoveBound.
+func (s *sim) checkMoves(admitted *[simUnits]int) {
+	m := &s.move
+	for u, n := range admitted {
+		switch {
+		case n == 0 && m.was[u] && m.gap[u].IsZero():
+			m.gap[u] = s.now
+		case n > 0 && !m.gap[u].IsZero():
+			from := m.gap[u]
+			if m.freed[u].After(from) {
+				from = m.freed[u]
+			}
+			m.maxGap = max(m.maxGap, s.now.Sub(m.gap[u]))
+			m.maxAfter = max(m.maxAfter, s.now.Sub(from))
+			m.gaps++
+			if s.calm && s.now.Sub(from) > simMoveBound && s.violated == "" {
+				s.violated = fmt.Sprintf("at %v hash range %d/%d taken %v after its drain (gap %v, bound %v)",
+					s.now.Sub(t0), u, simUnits, s.now.Sub(from), s.now.Sub(m.gap[u]), simMoveBound)
+			}
+			m.gap[u] = time.Time{}
+		}
+		m.was[u] = m.was[u] || n > 0
 	}
 }
 
