@@ -22,16 +22,17 @@ import (
 // simulated Lease store with resourceVersion semantics, on a simulated
 // clock. One seed draws every choice: watch delays and stalls, lost
 // answers, expire timers that fire late, partitions, crashes, joins,
-// graceful leaves, and runs (some outliving GracePeriod, some slow to
-// honour their cancellation). After every event it checks that no shard
-// is admitted or run by two replicas at once; once the faults stop, that
-// every shard is admitted within a bound.
+// graceful leaves, runs (some outliving GracePeriod, some slow to honour
+// their cancellation), and, where a test asks (sim_count_test.go),
+// replicas of another shard count and rollouts. After every event it
+// checks that no hash range is admitted or run by two replicas at once,
+// whatever their counts; once the faults stop, that every range is
+// admitted within a bound, and that the ring switches its count within a
+// bound once no replica of its count runs.
 //
 // The executor here is the simulation's (sim.renew, sim.decide,
 // sim.progress mirror exec.go's, with each request answered at once or
 // lost): the simulation tests the decisions and the ledger, not the I/O.
-// It models one shard count, runs that return at once, and clocks that
-// agree.
 
 const (
 	simShards   = 8
