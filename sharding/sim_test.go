@@ -366,7 +366,7 @@ const simQuiet = simFaultFor + time.Minute + simSettle
 func simMaxWrites(w time.Duration) int { return int(float64(w)*(1+simDrift)/float64(simRetry)) + 1 }
 
 // sent counts a Lease write (or delete) rp sends once the ring is quiet,
-// by replica and by kind of Lease (member or shard).
+// by replica and by kind of Lease (member, or shard and ring).
 func (s *sim) sent(rp *simReplica, name string) {
 	if s.now.Sub(t0) < simQuiet {
 		return
@@ -375,10 +375,10 @@ func (s *sim) sent(rp *simReplica, name string) {
 		s.writes = make(map[string][2]int)
 	}
 	w := s.writes[rp.id]
-	if name[:6] == "shard-" {
-		w[1]++
-	} else {
+	if strings.HasPrefix(name, "member-") {
 		w[0]++
+	} else {
+		w[1]++ // a shard Lease, or the ring's
 	}
 	s.writes[rp.id] = w
 }
