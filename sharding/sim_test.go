@@ -22,16 +22,17 @@ import (
 // simulated Lease store with resourceVersion semantics, on a simulated
 // clock. One seed draws every choice: watch delays and stalls, lost
 // answers, expire timers that fire late, partitions, crashes, joins,
-// graceful leaves, and runs (some outliving GracePeriod, some slow to
-// honour their cancellation). After every event it checks that no shard
-// is admitted or run by two replicas at once; once the faults stop, that
-// every shard is admitted within a bound.
+// graceful leaves, runs (some outliving GracePeriod, some slow to honour
+// their cancellation), and, where a test asks (sim_count_test.go),
+// replicas of another shard count and rollouts. After every event it
+// checks that no hash range is admitted or run by two replicas at once,
+// whatever their counts; once the faults stop, that every range is
+// admitted within a bound, and that the ring switches its count within a
+// bound once no replica of its count runs.
 //
 // The executor here is the simulation's (sim.renew, sim.decide,
 // sim.progress mirror exec.go's, with each request answered at once or
 // lost): the simulation tests the decisions and the ledger, not the I/O.
-// It models one shard count, runs that return at once, and clocks that
-// agree.
 
 const (
 	simShards   = 8
@@ -110,6 +111,7 @@ func (s *simStore) del(name string, cond leaseRef) error {
 // simulation's record of its process.
 type simReplica struct {
 	id      string
+	shards  int        // its Config.Shards: simShards or 2*simShards
 	rate    float64    // its clock's rate (simDrift)
 	rnd     *rand.Rand // its draws, apart from the others': a fault dropped perturbs less
 	m       machine
@@ -196,14 +198,29 @@ type sim struct {
 	stop time.Duration
 	// ignore, when set, is how long every cancelled run takes to return
 	// (a test's break of the timing assumption).
-	ignore   time.Duration
+	ignore time.Duration
+	// counts draws faults that start replicas of the other count, and
+	// rollouts (roll, the one in progress; rolls, how many started).
+	counts bool
+	roll   *simRoll
+	rolls  int
+	// calm draws no lost answers, stalled watches or slow answers, and
+	// checks completeness and the count switch from the start (a
+	// scenario of planned faults only).
+	calm bool
+	// gone is since when no replica of the ring's count runs (zero: one
+	// does); switches counts the completed count switches.
+	gone     time.Time
+	move     simMoves
+	count    int
+	switches int
 	events   int
 	violated string
 	writes   map[string][2]int // sent once quiet: member, shard Leases
 }
 
 func newSim(seed uint64) *sim {
-	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, reps: make(map[string]*simReplica),
+	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, count: simShards, reps: make(map[string]*simReplica),
 		store: simStore{recs: make(map[string]simRec)}}
 	_, _ = s.store.put("ring", parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: simShards, field: FieldUID}}}, nil)
 	return s
@@ -216,7 +233,10 @@ func (s *sim) at(d time.Duration, kind, id string) {
 
 // start starts a replica: the next identity, or id (a join replayed,
 // under the identity it had when drawn: dropping a join renames no other).
-func (s *sim) start(id string) {
+func (s *sim) start(id string, shards int) {
+	if shards == 0 {
+		shards = simShards
+	}
 	n := s.next
 	if id == "" {
 		id = fmt.Sprintf("r%02d", s.next)
@@ -225,10 +245,10 @@ func (s *sim) start(id string) {
 	}
 	s.next = max(s.next, n+1)
 	rnd := rand.New(rand.NewPCG(s.seed, 0x5eed+uint64(n)))
-	rp := &simReplica{id: id, rnd: rnd, rate: 1 + simDrift*(2*rnd.Float64()-1), led: &ledger{}, ring: newRingView("sim", simShards),
-		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: simShards, field: FieldUID},
+	rp := &simReplica{id: id, shards: shards, rnd: rnd, rate: 1 + simDrift*(2*rnd.Float64()-1), led: &ledger{}, ring: newRingView("sim", shards),
+		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: shards, field: FieldUID},
 			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace})}
-	rp.led.init(simShards)
+	rp.led.init(shards)
 	s.reps[id] = rp
 	s.order = append(s.order, id)
 	s.list = append(s.list, rp)
@@ -270,7 +290,7 @@ func (s *sim) reach(rp *simReplica) (lands, answered bool) {
 
 // faulty reports whether faults are still drawn.
 func (s *sim) faulty() bool {
-	return s.now.Sub(t0) < simFaultFor
+	return !s.calm && s.now.Sub(t0) < simFaultFor
 }
 
 var simTimeout = apierrors.NewTimeoutError("lost", 1)
@@ -346,7 +366,7 @@ const simQuiet = simFaultFor + time.Minute + simSettle
 func simMaxWrites(w time.Duration) int { return int(float64(w)*(1+simDrift)/float64(simRetry)) + 1 }
 
 // sent counts a Lease write (or delete) rp sends once the ring is quiet,
-// by replica and by kind of Lease (member or shard).
+// by replica and by kind of Lease (member, or shard and ring).
 func (s *sim) sent(rp *simReplica, name string) {
 	if s.now.Sub(t0) < simQuiet {
 		return
@@ -355,10 +375,10 @@ func (s *sim) sent(rp *simReplica, name string) {
 		s.writes = make(map[string][2]int)
 	}
 	w := s.writes[rp.id]
-	if name[:6] == "shard-" {
-		w[1]++
-	} else {
+	if strings.HasPrefix(name, "member-") {
 		w[0]++
+	} else {
+		w[1]++ // a shard Lease, or the ring's
 	}
 	s.writes[rp.id] = w
 }
@@ -376,7 +396,7 @@ func (s *sim) renew(rp *simReplica, tick bool) bool {
 		return false
 	}
 	p := parsed{member: rp.id, shard: -1, m: memberInfo{session: w.session, confirmed: !w.start.Equal(w.now),
-		conf: ringConf{shards: simShards, field: FieldUID}, synced: slices.Clone(w.mark.synced), leaving: w.mark.leaving}}
+		conf: ringConf{shards: rp.shards, field: FieldUID}, synced: slices.Clone(w.mark.synced), leaving: w.mark.leaving}}
 	var cond *leaseRef
 	if rp.member.known() {
 		c := rp.member
@@ -471,18 +491,44 @@ func (s *sim) decide(rp *simReplica, tick bool) {
 	}
 	active, _ := rp.led.states()
 	a := rp.m.Step(observation{now: s.clock(rp), tick: tick, v: &v, session: rp.led.status(), active: active})
-	if len(a.drain) > 0 {
-		rp.led.drain(a.drain, a.graceEnd)
+	if w := a.ringWrite; w != nil {
+		p := parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: w.shards, field: FieldUID}, gen: w.gen, target: w.target}}
+		ref := w.ref
+		out, err := s.write(rp, "ring", p, &ref)
+		if err != nil {
+			rp.m.ringFailed(*w)
+		} else {
+			s.apply(rp, p, out)
+			s.freed(0, simUnits)
+		}
 	}
-	for _, w := range a.acquire {
-		p := parsed{shard: w.i, count: simShards, s: shardInfo{exists: true, holder: rp.id, session: w.session,
-			transitions: w.s.transitions + 1, conf: ringConf{shards: simShards, field: FieldUID}}}
+	for _, w := range a.seal {
+		p := parsed{shard: w.k.i, count: w.k.shards, s: shardInfo{exists: true, transitions: w.s.transitions,
+			conf: ringConf{shards: w.k.shards, field: FieldUID}, sealed: true, sealedGen: w.gen}}
 		var cond *leaseRef
 		if w.s.exists {
 			c := w.s.ref
 			cond = &c
 		}
-		ref, err := s.write(rp, "shard-"+strconv.Itoa(w.i), p, cond)
+		out, err := s.write(rp, simShardName(w.k.shards, w.k.i), p, cond)
+		if err != nil {
+			rp.m.sealFailed(w)
+			continue
+		}
+		s.apply(rp, p, out)
+	}
+	if len(a.drain) > 0 {
+		rp.led.drain(a.drain, a.graceEnd)
+	}
+	for _, w := range a.acquire {
+		p := parsed{shard: w.i, count: rp.shards, s: shardInfo{exists: true, holder: rp.id, session: w.session,
+			transitions: w.s.transitions + 1, conf: ringConf{shards: rp.shards, field: FieldUID}}}
+		var cond *leaseRef
+		if w.s.exists {
+			c := w.s.ref
+			cond = &c
+		}
+		ref, err := s.write(rp, simShardName(rp.shards, w.i), p, cond)
 		if err != nil {
 			rp.m.acquireFailed(w, !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err))
 			continue
@@ -500,85 +546,189 @@ func (s *sim) progress(rp *simReplica) {
 		ds[k] = drained{i: i, s: rp.ring.shard(i)}
 	}
 	for _, w := range rp.m.releases(ds, session, rp.ring.ringInfo()) {
-		p := parsed{shard: w.i, count: simShards, s: shardInfo{exists: true, next: w.next, conf: ringConf{shards: simShards, field: FieldUID}}}
+		p := parsed{shard: w.i, count: rp.shards, s: shardInfo{exists: true, next: w.next, conf: ringConf{shards: rp.shards, field: FieldUID},
+			sealed: w.seal >= 0, sealedGen: max(w.seal, 0)}}
 		ref := w.ref
-		out, err := s.write(rp, "shard-"+strconv.Itoa(w.i), p, &ref)
+		out, err := s.write(rp, simShardName(rp.shards, w.i), p, &ref)
 		if err != nil {
 			rp.m.releaseFailed(w)
 			continue
 		}
 		s.apply(rp, p, out)
 		rp.led.released(w.i)
+		s.freed(rp.units(w.i))
 		rp.m.releaseDone(w.i)
 	}
-	filled := make([]bool, simShards)
+	filled := make([]bool, rp.shards)
 	for _, i := range rp.led.held() {
 		filled[i] = true
 	}
 	rp.led.setFilled(filled, 0)
 }
 
-// occupancy counts, for each shard, the live replicas that admit it now,
-// and those that admit it or run it.
-func (s *sim) occupancy() (admitted, occupied [simShards]int) {
+// simUnits is how many hash ranges the checks count in: the ranges of
+// shards of 2*simShards, the finest count a replica runs with. Shard i
+// of a count c covers units [i*simUnits/c, (i+1)*simUnits/c): shard 3 of
+// 8 is shards 6 and 7 of 16, as Selector's ranges nest.
+const simUnits = 2 * simShards
+
+// units returns the units shard i of rp's count covers.
+func (rp *simReplica) units(i int) (lo, hi int) {
+	w := simUnits / rp.shards
+	return i * w, (i + 1) * w
+}
+
+// occupancy counts, for each unit of the hash space, the live replicas
+// that admit a shard covering it now, and those that admit or run one.
+func (s *sim) occupancy() (admitted, occupied [simUnits]int) {
 	for _, rp := range s.list {
 		if rp.dead {
 			continue
 		}
-		var mine [simShards]bool
+		var mine [simUnits]bool
 		now := s.clock(rp)
 		rp.led.mu.Lock()
-		for i := range simShards {
+		for i := range rp.shards {
 			if rp.led.admitsLocked(i, now) {
-				admitted[i]++
-				mine[i] = true
+				lo, hi := rp.units(i)
+				for u := lo; u < hi; u++ {
+					admitted[u]++
+					mine[u] = true
+				}
 			}
 		}
 		rp.led.mu.Unlock()
 		for _, r := range rp.runs {
-			mine[r.tk.shard] = true
+			lo, hi := rp.units(r.tk.shard)
+			for u := lo; u < hi; u++ {
+				mine[u] = true
+			}
 		}
-		for i, m := range mine {
+		for u, m := range mine {
 			if m {
-				occupied[i]++
+				occupied[u]++
 			}
 		}
 	}
 	return admitted, occupied
 }
 
-// admitters returns, for each shard, the live replicas that admit it now;
-// given occupancy's counts and no shard occupied twice, none (they name
-// a violation's replicas).
-func (s *sim) admitters(occupied *[simShards]int) [][]string {
+// admitters returns, for each unit, the live replicas that admit a shard
+// covering it now, or, with run, that admit or run one; given
+// occupancy's counts and no unit occupied twice, none (they name a
+// violation's replicas).
+func (s *sim) admitters(occupied *[simUnits]int, run bool) [][]string {
 	if occupied != nil && !slices.ContainsFunc(occupied[:], func(n int) bool { return n > 1 }) {
 		return nil
 	}
-	out := make([][]string, simShards)
+	out := make([][]string, simUnits)
 	for _, id := range s.ids() {
 		rp := s.reps[id]
 		if rp.dead {
 			continue
 		}
+		var mine [simUnits]string
 		rp.led.mu.Lock()
-		for i := range simShards {
+		for i := range rp.shards {
 			if rp.led.admitsLocked(i, s.clock(rp)) {
-				out[i] = append(out[i], id)
+				lo, hi := rp.units(i)
+				for u := lo; u < hi; u++ {
+					mine[u] = fmt.Sprintf("%s (shard %d/%d)", id, i, rp.shards)
+				}
 			}
 		}
 		rp.led.mu.Unlock()
+		for _, r := range rp.runs {
+			lo, hi := rp.units(r.tk.shard)
+			for u := lo; u < hi && run; u++ {
+				if mine[u] == "" {
+					mine[u] = fmt.Sprintf("%s (a run of shard %d/%d)", id, r.tk.shard, rp.shards)
+				}
+			}
+		}
+		for u, m := range mine {
+			if m != "" {
+				out[u] = append(out[u], m)
+			}
+		}
 	}
 	return out
 }
 
 // simFault is one fault: at a time since the start, what, to whom (the
 // replica's identity; for a join, the identity it gets when drawn), and
-// for how long (a partition).
+// for how long (a partition; for a rollout, the time between its steps),
+// and of which shard count (a join or a rollout; 0 is simShards).
 type simFault struct {
-	at   time.Duration
-	kind string // join, crash, partition, leave
-	id   string
-	d    time.Duration
+	at     time.Duration
+	kind   string // join, crash, partition, leave, surge, rolling
+	id     string
+	d      time.Duration
+	shards int
+}
+
+// simShardName is the store's name of shard i of a count.
+func simShardName(shards, i int) string {
+	return "shard-" + strconv.Itoa(shards) + "-" + strconv.Itoa(i)
+}
+
+// simRoll is a rollout in progress: the replicas it replaces, in order,
+// and how far it got. A later rollout supersedes it (a rollback).
+type simRoll struct {
+	gen int
+	f   simFault
+	old []string
+	k   int
+}
+
+// rollout starts replacing every live replica by a new one of f.shards,
+// as the manifests do: "surge" starts all the new ones at once and, f.d
+// later, the old ones leave gracefully (a Deployment with maxSurge 100 %);
+// "rolling" starts one new replica, the old one it replaces leaves f.d/2
+// later, and the next step is f.d after the last (maxSurge 1,
+// maxUnavailable 0). A rollout started during another replaces the other's
+// new replicas too and ends the other's steps: a rollback mid-way.
+func (s *sim) rollout(f simFault) {
+	s.rolls++
+	s.roll = &simRoll{gen: s.rolls, f: f, old: s.live()}
+	if f.kind == "surge" {
+		for range s.roll.old {
+			s.start("", f.shards)
+		}
+	}
+	s.rollStep()
+}
+
+// rollStep takes the rollout's next step, and schedules the one after.
+func (s *sim) rollStep() {
+	r := s.roll
+	leave := func(id string) {
+		if rp := s.reps[id]; !rp.dead && !rp.leaving {
+			s.leave(rp)
+		}
+	}
+	switch {
+	case r.k >= 2*len(r.old):
+		s.roll = nil
+		return
+	case r.f.kind == "surge" && r.k == 0:
+		r.k = 1
+		s.at(r.f.d, "roll", strconv.Itoa(r.gen))
+		return
+	case r.f.kind == "surge":
+		for _, id := range r.old {
+			leave(id)
+		}
+		s.roll = nil
+		return
+	case r.k%2 == 0:
+		s.start("", r.f.shards)
+		s.at(r.f.d/2, "roll", strconv.Itoa(r.gen))
+	default:
+		leave(r.old[r.k/2])
+		s.at(r.f.d-r.f.d/2, "roll", strconv.Itoa(r.gen))
+	}
+	r.k++
 }
 
 // fault applies the next fault, drawn from the fault stream or taken from
@@ -619,9 +769,25 @@ func (s *sim) live() []string {
 func (s *sim) draw() simFault {
 	live := s.live()
 	f := simFault{at: s.now.Sub(t0)}
-	switch k := s.frnd.IntN(10); {
+	k := s.frnd.IntN(10)
+	if s.counts && s.frnd.IntN(6) == 0 {
+		k = -1
+	}
+	switch {
+	case k < 0 && s.roll == nil:
+		// A rollout, to the other count mostly, steps 2–10 s apart.
+		f.kind, f.d, f.shards = "surge", time.Duration(s.frnd.Int64N(int64(20*time.Second))), s.otherCount()
+		if s.frnd.IntN(2) == 0 {
+			f.kind, f.d = "rolling", 2*time.Second+time.Duration(s.frnd.Int64N(int64(8*time.Second)))
+		}
+		if s.frnd.IntN(3) == 0 {
+			f.shards = 0
+		}
 	case k < 3 || len(live) < 2:
 		f.kind, f.id = "join", fmt.Sprintf("r%02d", s.next)
+		if s.counts && s.frnd.IntN(3) == 0 {
+			f.shards = s.otherCount()
+		}
 	case k < 5:
 		f.kind, f.id = "crash", live[s.frnd.IntN(len(live))]
 	case k < 7:
@@ -637,8 +803,12 @@ func (s *sim) draw() simFault {
 // shrunk may drop the join that started it, or drop nothing yet kill it
 // otherwise); it reports whether it applied.
 func (s *sim) applyFault(f simFault) bool {
-	if f.kind == "join" {
-		s.start(f.id)
+	switch f.kind {
+	case "join":
+		s.start(f.id, f.shards)
+		return true
+	case "surge", "rolling":
+		s.rollout(f)
 		return true
 	}
 	rp := s.reps[f.id]
@@ -652,19 +822,40 @@ func (s *sim) applyFault(f simFault) bool {
 	case "partition":
 		rp.cutOff = s.now.Add(f.d)
 	case "leave":
-		rp.leaving = true
-		rp.m.leaveAt = s.clock(rp)
-		rp.led.leave()
-		if rp.pending == nil {
-			s.renew(rp, false)
-		}
+		s.leave(rp)
 	}
 	return true
 }
 
+// leave starts rp's graceful leave.
+func (s *sim) leave(rp *simReplica) {
+	rp.leaving = true
+	rp.m.leaveAt = s.clock(rp)
+	rp.led.leave()
+	if rp.pending == nil {
+		s.renew(rp, false)
+	}
+}
+
+// otherCount is the shard count that is not the ring's now (of the two
+// the simulation runs).
+func (s *sim) otherCount() int {
+	if s.store.recs["ring"].p.r.conf.shards == simShards {
+		return 2 * simShards
+	}
+	return simShards
+}
+
 func (f simFault) String() string {
-	if f.kind == "partition" {
+	switch f.kind {
+	case "partition":
 		return fmt.Sprintf("%v partition %s for %v", f.at, f.id, f.d)
+	case "surge", "rolling":
+		return fmt.Sprintf("%v %s rollout to Shards %d, steps %v apart", f.at, f.kind, max(f.shards, simShards), f.d)
+	case "join":
+		if f.shards != 0 {
+			return fmt.Sprintf("%v join %s of Shards %d", f.at, f.id, f.shards)
+		}
 	}
 	return fmt.Sprintf("%v %s %s", f.at, f.kind, f.id)
 }
@@ -673,7 +864,7 @@ func (f simFault) String() string {
 // violation ("" none).
 func (s *sim) run(d time.Duration) string {
 	for range 3 {
-		s.start("")
+		s.start("", 0)
 	}
 	s.trace = append(s.trace, "0s start r00 r01 r02")
 	switch {
@@ -694,6 +885,10 @@ func (s *sim) run(d time.Duration) string {
 		switch e.kind {
 		case "fault":
 			s.fault()
+		case "roll":
+			if s.roll != nil && strconv.Itoa(s.roll.gen) == e.id {
+				s.rollStep()
+			}
 		case "deliver":
 			id, n, _ := cutLast(e.id)
 			if rp := s.reps[id]; !rp.dead {
@@ -750,27 +945,14 @@ func (s *sim) run(d time.Duration) string {
 		}
 		s.cancelled()
 		admitted, occupied := s.occupancy()
-		for i, a := range s.admitters(&occupied) {
-			if occupied[i] < 2 {
-				continue
-			}
-			for _, id := range s.ids() {
-				rp := s.reps[id]
-				if rp.dead || slices.Contains(a, id) {
-					continue
-				}
-				for _, r := range rp.runs {
-					if r.tk.shard == i {
-						a = append(a, id+" (a run)")
-						break
-					}
-				}
-			}
-			if len(a) > 1 {
-				s.violated = fmt.Sprintf("at %v shard %d admitted or run by %v", s.now.Sub(t0), i, a)
+		for u, a := range s.admitters(&occupied, true) {
+			if occupied[u] > 1 && s.violated == "" {
+				s.violated = fmt.Sprintf("at %v hash range %d/%d admitted or run by %v", s.now.Sub(t0), u, simUnits, a)
 			}
 		}
-		if s.now.Sub(t0) > simFaultFor+time.Minute {
+		s.checkSwitch()
+		s.checkMoves(&admitted)
+		if s.calm || s.now.Sub(t0) > simFaultFor+time.Minute {
 			complete := true
 			for _, n := range admitted {
 				complete = complete && n == 1
@@ -781,7 +963,7 @@ func (s *sim) run(d time.Duration) string {
 			case unsettledSince.IsZero():
 				unsettledSince = s.now
 			case s.now.Sub(unsettledSince) > simSettle:
-				s.violated = fmt.Sprintf("at %v not every shard admitted for %v: %v\n%s", s.now.Sub(t0), simSettle, s.admitters(nil), s.dump())
+				s.violated = fmt.Sprintf("at %v not every shard admitted for %v: %v\n%s", s.now.Sub(t0), simSettle, s.admitters(nil, false), s.dump())
 			}
 		}
 	}
@@ -795,6 +977,95 @@ func (s *sim) run(d time.Duration) string {
 		}
 	}
 	return s.violated
+}
+
+// simSwitchBound bounds how long a count switch takes to complete once no
+// replica of the ring's count runs (check (e)): a LeaseDuration to fence
+// the crashed ones (those that left deleted their membership), settledTicks
+// periods for the new ones to count, GracePeriod and the longest run a
+// closing holder drains (2 GracePeriods) plus simStop, and a few periods
+// for the seals, the switch's two writes and their watch events.
+const simSwitchBound = simLease + settledTicks*simRetry + 2*simGrace + simStop + 5*simRetry
+
+// checkSwitch is check (e): once no live replica of the ring's count
+// runs, a replica of another count being live, the ring switches within
+// simSwitchBound (checked once the faults stopped, or from the start in a
+// calm scenario).
+func (s *sim) checkSwitch() {
+	ri := s.store.recs["ring"].p.r
+	if ri.conf.shards != s.count {
+		s.count = ri.conf.shards
+		s.switches++
+	}
+	old, other := false, false
+	for _, rp := range s.list {
+		if !rp.dead {
+			old = old || rp.shards == ri.conf.shards
+			other = other || rp.shards != ri.conf.shards
+		}
+	}
+	switch {
+	case old || !other:
+		s.gone = time.Time{}
+	case s.gone.IsZero():
+		s.gone = s.now
+	case (s.calm || s.gone.Sub(t0) > simFaultFor+time.Minute) && s.now.Sub(s.gone) > simSwitchBound && s.violated == "":
+		s.violated = fmt.Sprintf("at %v the ring's count %d not switched %v after its last replica went\n%s", s.now.Sub(t0), ri.conf.shards, simSwitchBound, s.dump())
+	}
+}
+
+// simMoves follows each unit's gaps for check (c): since when no replica
+// admits it (gap; zero while one does or before one first did), and when a
+// Lease covering it was last released, or the ring's Lease last written.
+type simMoves struct {
+	was      [simUnits]bool
+	gap      [simUnits]time.Time
+	freed    [simUnits]time.Time
+	maxGap   time.Duration // the longest gap
+	maxAfter time.Duration // the longest part of a gap after its drain
+	gaps     int
+}
+
+// simMoveBound bounds check (c): a planned move's gap, after the holder's
+// drain ends with its release (or, in a count switch, after the ring's
+// Lease records the new count), lasts until the taker sees it and writes,
+// on the event, not on a tick: a watch event (at most 200 ms here), after
+// its membership write in flight (100 ms), and a second round of both for
+// a write that meets a version it has not seen yet.
+const simMoveBound = time.Second
+
+// freed records the release of a Lease covering units [lo, hi).
+func (s *sim) freed(lo, hi int) {
+	for u := lo; u < hi; u++ {
+		s.move.freed[u] = s.now
+	}
+}
+
+// checkMoves is check (c), in a calm scenario, where every move is planned
+// (graceful leaves, rollouts, joins): a unit's gap, less its drain, stays
+// within simMoveBound.
+func (s *sim) checkMoves(admitted *[simUnits]int) {
+	m := &s.move
+	for u, n := range admitted {
+		switch {
+		case n == 0 && m.was[u] && m.gap[u].IsZero():
+			m.gap[u] = s.now
+		case n > 0 && !m.gap[u].IsZero():
+			from := m.gap[u]
+			if m.freed[u].After(from) {
+				from = m.freed[u]
+			}
+			m.maxGap = max(m.maxGap, s.now.Sub(m.gap[u]))
+			m.maxAfter = max(m.maxAfter, s.now.Sub(from))
+			m.gaps++
+			if s.calm && s.now.Sub(from) > simMoveBound && s.violated == "" {
+				s.violated = fmt.Sprintf("at %v hash range %d/%d taken %v after its drain (gap %v, bound %v)",
+					s.now.Sub(t0), u, simUnits, s.now.Sub(from), s.now.Sub(m.gap[u]), simMoveBound)
+			}
+			m.gap[u] = time.Time{}
+		}
+		m.was[u] = m.was[u] || n > 0
+	}
 }
 
 // after ends a tick: a leaver whose shards are all released deletes its
@@ -831,7 +1102,7 @@ func (s *sim) step(rp *simReplica, tick bool) {
 // startRuns starts a run on some of the shards rp admits, each lasting
 // 0–4 s (one in ten outlives GracePeriod), unless cancelled first.
 func (s *sim) startRuns(rp *simReplica) {
-	for i := range simShards {
+	for i := range rp.shards {
 		if rp.rnd.IntN(3) != 0 {
 			continue
 		}
@@ -946,16 +1217,18 @@ func join(lines []string) string {
 // dump describes the store and every replica, for a failure.
 func (s *sim) dump() string {
 	out := ""
-	for i := range simShards {
-		r := s.store.recs["shard-"+strconv.Itoa(i)]
-		out += fmt.Sprintf("  shard %d: holder %q session %q next %q rv %s\n", i, r.p.s.holder, r.p.s.session, r.p.s.next, r.ref.rv)
+	ri := s.store.recs["ring"].p.r
+	out += fmt.Sprintf("  ring: shards %d generation %d target %d\n", ri.conf.shards, ri.gen, ri.target)
+	for i := range ri.conf.shards {
+		r := s.store.recs[simShardName(ri.conf.shards, i)]
+		out += fmt.Sprintf("  shard %d/%d: holder %q session %q next %q rv %s\n", i, ri.conf.shards, r.p.s.holder, r.p.s.session, r.p.s.next, r.ref.rv)
 	}
 	for _, id := range s.ids() {
 		rp := s.reps[id]
 		m, ok := s.store.recs["member-"+id]
 		active, draining := rp.led.states()
-		out += fmt.Sprintf("  %s: dead %v leaving %v alive %v session %q deadline %v active %v draining %v aliveFor %d; lease %v %q confirmed %v; cutOff %v\n",
-			id, rp.dead, rp.leaving, rp.led.alive, rp.led.session, rp.led.deadline.Sub(t0), active, draining, rp.m.aliveFor, ok, m.p.m.session, m.p.m.confirmed, rp.cutOff.Sub(t0))
+		out += fmt.Sprintf("  %s (Shards %d): dead %v leaving %v alive %v session %q deadline %v active %v draining %v aliveFor %d; lease %v %q confirmed %v; cutOff %v\n",
+			id, rp.shards, rp.dead, rp.leaving, rp.led.alive, rp.led.session, rp.led.deadline.Sub(t0), active, draining, rp.m.aliveFor, ok, m.p.m.session, m.p.m.confirmed, rp.cutOff.Sub(t0))
 	}
 	return out
 }
@@ -999,6 +1272,8 @@ func simClass(v string) string {
 		return "exclusion"
 	case strings.Contains(v, "not every shard admitted"):
 		return "completeness"
+	case strings.Contains(v, "not switched"):
+		return "switch"
 	}
 	return "other"
 }
@@ -1045,7 +1320,7 @@ func shrinkSim(c simCase, ignore time.Duration, runs int) (simCase, int) {
 func (c simCase) goString() string {
 	out := fmt.Sprintf("{seed: %d, faults: []simFault{\n", c.seed)
 	for _, f := range c.faults {
-		out += fmt.Sprintf("\t{at: %d, kind: %q, id: %q, d: %d}, // %v\n", int64(f.at), f.kind, f.id, int64(f.d), f)
+		out += fmt.Sprintf("\t{at: %d, kind: %q, id: %q, d: %d, shards: %d}, // %v\n", int64(f.at), f.kind, f.id, int64(f.d), f.shards, f)
 	}
 	return out + "}},"
 }
