@@ -1252,6 +1252,22 @@ var simCases = []simCase{
 		{at: 81244069327, kind: "join", id: "r06", d: 0},                // 1m21.244069327s join r06
 		{at: 97948750716, kind: "partition", id: "r06", d: 18485527601}, // 1m37.948750716s partition r06 for 18.485527601s
 	}},
+	// Seed 90 of TestSimRing, past the seeds CI runs: with shares that
+	// count members whose join is not confirmed yet, r05 admits shard 1
+	// of 8 while r01, cut off, still runs it. Shrinking drops none of the
+	// 10 faults.
+	{seed: 90, faults: []simFault{
+		{at: 10000000000, kind: "leave", id: "r02", d: 0},               // 10s leave r02
+		{at: 11831866606, kind: "leave", id: "r00", d: 0},               // 11.831866606s leave r00
+		{at: 19700839046, kind: "join", id: "r03", d: 0},                // 19.700839046s join r03
+		{at: 32715873773, kind: "leave", id: "r03", d: 0},               // 32.715873773s leave r03
+		{at: 35172971301, kind: "join", id: "r04", d: 0},                // 35.172971301s join r04
+		{at: 52440101510, kind: "leave", id: "r04", d: 0},               // 52.44010151s leave r04
+		{at: 60412913668, kind: "join", id: "r05", d: 0},                // 1m0.412913668s join r05
+		{at: 62773365776, kind: "join", id: "r06", d: 0},                // 1m2.773365776s join r06
+		{at: 79722609244, kind: "partition", id: "r01", d: 39977954593}, // 1m19.722609244s partition r01 for 39.977954593s
+		{at: 81070325666, kind: "crash", id: "r06", d: 0},               // 1m21.070325666s crash r06
+	}},
 }
 
 // replaySim runs c's seed with c's faults in place of the drawn ones.
