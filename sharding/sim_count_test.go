@@ -72,7 +72,7 @@ func TestSimCount(t *testing.T) {
 		seeds = 10
 	}
 	switches := 0
-	for seed := range seeds {
+	for _, seed := range simCountSeeds(seeds) {
 		s := newSim(seed)
 		s.counts = true
 		if v := s.run(simRingMinutes); v != "" {
@@ -81,5 +81,28 @@ func TestSimCount(t *testing.T) {
 		switches += s.switches
 		events += s.events
 	}
-	t.Logf("%d seeds with count faults: %d switches of the count, %d events in %v", seeds, switches, events, time.Since(start))
+	t.Logf("%d seeds with count faults: %d switches of the count, %d events in %v", len(simCountSeeds(seeds)), switches, events, time.Since(start))
+}
+
+// simCountPinned are seeds past the default ones that CI runs too: each
+// draws a rare interleaving that no planned scenario reaches. Seed 26: a
+// replica of the old count joins as a switch starts, amid lost answers and
+// stalled watches, and at its third tick, closing, finds free Leases of its
+// count not yet sealed (it must take none of them; the planned scenarios
+// seal them long before a newcomer's third tick). A change to the draws changes what a seed draws: find the seed
+// again by running the mutant the comment names over more seeds.
+var simCountPinned = []uint64{26}
+
+// simCountSeeds are the seeds below n, then the pinned ones not among them.
+func simCountSeeds(n uint64) []uint64 {
+	var seeds []uint64
+	for seed := range n {
+		seeds = append(seeds, seed)
+	}
+	for _, seed := range simCountPinned {
+		if seed >= n {
+			seeds = append(seeds, seed)
+		}
+	}
+	return seeds
 }

@@ -1252,6 +1252,58 @@ var simCases = []simCase{
 		{at: 81244069327, kind: "join", id: "r06", d: 0},                // 1m21.244069327s join r06
 		{at: 97948750716, kind: "partition", id: "r06", d: 18485527601}, // 1m37.948750716s partition r06 for 18.485527601s
 	}},
+	// Seed 90 of TestSimRing, past the seeds CI runs: with shares that
+	// count members whose join is not confirmed yet, r05 admits shard 1
+	// of 8 while r01, cut off, still runs it. Shrinking drops none of the
+	// 10 faults.
+	{seed: 90, faults: []simFault{
+		{at: 10000000000, kind: "leave", id: "r02", d: 0},               // 10s leave r02
+		{at: 11831866606, kind: "leave", id: "r00", d: 0},               // 11.831866606s leave r00
+		{at: 19700839046, kind: "join", id: "r03", d: 0},                // 19.700839046s join r03
+		{at: 32715873773, kind: "leave", id: "r03", d: 0},               // 32.715873773s leave r03
+		{at: 35172971301, kind: "join", id: "r04", d: 0},                // 35.172971301s join r04
+		{at: 52440101510, kind: "leave", id: "r04", d: 0},               // 52.44010151s leave r04
+		{at: 60412913668, kind: "join", id: "r05", d: 0},                // 1m0.412913668s join r05
+		{at: 62773365776, kind: "join", id: "r06", d: 0},                // 1m2.773365776s join r06
+		{at: 79722609244, kind: "partition", id: "r01", d: 39977954593}, // 1m19.722609244s partition r01 for 39.977954593s
+		{at: 81070325666, kind: "crash", id: "r06", d: 0},               // 1m21.070325666s crash r06
+	}},
+	// Seed 73 of TestSimRing, past the seeds CI runs: a replica that joins
+	// in a new session while runs of its ended one are in flight lets r04
+	// admit shard 4 of 8 while r00 still runs it. Shrinking drops none of
+	// the 5 faults.
+	{seed: 73, faults: []simFault{
+		{at: 10000000000, kind: "leave", id: "r02", d: 0}, // 10s leave r02
+		{at: 12286936553, kind: "leave", id: "r01", d: 0}, // 12.286936553s leave r01
+		{at: 16395506779, kind: "join", id: "r03", d: 0},  // 16.395506779s join r03
+		{at: 32464193086, kind: "leave", id: "r03", d: 0}, // 32.464193086s leave r03
+		{at: 50595697079, kind: "join", id: "r04", d: 0},  // 50.595697079s join r04
+	}},
+	// Seed 964 of TestSimRing, far past the seeds CI runs: an adopt that
+	// leaves a shard active once the view shows another holder lets r10
+	// admit shard 3 of 8 while r06 still runs it. Shrinking drops none of
+	// the 19 faults.
+	{seed: 964, faults: []simFault{
+		{at: 10000000000, kind: "crash", id: "r01", d: 0},                // 10s crash r01
+		{at: 16620319646, kind: "leave", id: "r02", d: 0},                // 16.620319646s leave r02
+		{at: 19599286084, kind: "join", id: "r03", d: 0},                 // 19.599286084s join r03
+		{at: 33149180300, kind: "join", id: "r04", d: 0},                 // 33.1491803s join r04
+		{at: 36105294225, kind: "leave", id: "r00", d: 0},                // 36.105294225s leave r00
+		{at: 45073700116, kind: "partition", id: "r04", d: 29758878902},  // 45.073700116s partition r04 for 29.758878902s
+		{at: 46585874832, kind: "join", id: "r05", d: 0},                 // 46.585874832s join r05
+		{at: 59366969756, kind: "crash", id: "r03", d: 0},                // 59.366969756s crash r03
+		{at: 61736672153, kind: "leave", id: "r05", d: 0},                // 1m1.736672153s leave r05
+		{at: 75336221979, kind: "join", id: "r06", d: 0},                 // 1m15.336221979s join r06
+		{at: 90690567241, kind: "join", id: "r07", d: 0},                 // 1m30.690567241s join r07
+		{at: 92168541372, kind: "crash", id: "r04", d: 0},                // 1m32.168541372s crash r04
+		{at: 104395509638, kind: "leave", id: "r07", d: 0},               // 1m44.395509638s leave r07
+		{at: 112722721927, kind: "join", id: "r08", d: 0},                // 1m52.722721927s join r08
+		{at: 129231627466, kind: "leave", id: "r08", d: 0},               // 2m9.231627466s leave r08
+		{at: 148687349490, kind: "join", id: "r09", d: 0},                // 2m28.68734949s join r09
+		{at: 150184280781, kind: "join", id: "r10", d: 0},                // 2m30.184280781s join r10
+		{at: 152880866709, kind: "partition", id: "r06", d: 14662426807}, // 2m32.880866709s partition r06 for 14.662426807s
+		{at: 154512817212, kind: "join", id: "r11", d: 0},                // 2m34.512817212s join r11
+	}},
 }
 
 // replaySim runs c's seed with c's faults in place of the drawn ones.
