@@ -58,15 +58,7 @@ func TestStartWaitsForTheController(t *testing.T) {
 		// The manager's cache builds it when the controller's source asks
 		// (it is not run here: no shard syncs, so Shards() stays empty).
 		// The Leases say the replica joined and took the ring's shards.
-		objs := fake.NewClientset()
-		sh.NewInformer(&toolscache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return objs.CoreV1().ConfigMaps("").List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return objs.CoreV1().ConfigMaps("").Watch(ctx, o)
-			},
-		}, &corev1.ConfigMap{}, 0, toolscache.Indexers{})
+		buildInformer(sh)
 		time.Sleep(time.Minute)
 		l, err = cs.CoordinationV1().Leases("ring").List(t.Context(), metav1.ListOptions{})
 		require.NoError(t, err)
@@ -146,15 +138,7 @@ func TestStartSaysTheInformerIsMissing(t *testing.T) {
 		}
 
 		// Built late, the informer still lets the replica join.
-		objs := fake.NewClientset()
-		sh.NewInformer(&toolscache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return objs.CoreV1().ConfigMaps("").List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return objs.CoreV1().ConfigMaps("").Watch(ctx, o)
-			},
-		}, &corev1.ConfigMap{}, 0, toolscache.Indexers{})
+		buildInformer(sh)
 		time.Sleep(time.Minute)
 		l, err := cs.CoordinationV1().Leases("ring").List(t.Context(), metav1.ListOptions{})
 		require.NoError(t, err)
@@ -163,4 +147,19 @@ func TestStartSaysTheInformerIsMissing(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	})
+}
+
+// buildInformer builds the sharded ConfigMap informer, as the manager's
+// cache does when the controller's source asks for it, over an empty fake
+// clientset.
+func buildInformer(sh *Sharding) {
+	objs := fake.NewClientset()
+	sh.NewInformer(&toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return objs.CoreV1().ConfigMaps("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return objs.CoreV1().ConfigMaps("").Watch(ctx, o)
+		},
+	}, &corev1.ConfigMap{}, 0, toolscache.Indexers{})
 }
