@@ -138,19 +138,26 @@ const (
 )
 
 // AnnotationReport is set on each membership Lease to the shards its
-// replica held when it wrote it, for the ring page of every replica
-// (ringpage): space-separated entries <shard>:<state>:<objects>, where
-// state is a (admitted: synced, its keys run), f (filling: held, its
-// cache not yet synced) or d (draining: being given up). It is about 10
-// bytes per held shard and is written with the renewals, never on its
-// own; no replica's decisions read it.
+// replica held when it wrote it, and their load (load.go), for every
+// replica's ring page (ringpage) and balance: space-separated entries
+// <shard>:<state>:<objects>:<work>:<ready>:<oldest>, where state is a
+// (admitted: synced, its keys run), f (filling: held, its cache not yet
+// synced) or d (draining: being given up), and the last three are the
+// shard's shardLoad in milliseconds, keys and milliseconds; and one entry
+// w:<workers>, the replica's workers (memberLoad). An entry of three
+// fields (a replica that measures no load) has an unknown load. It is
+// at most about 30 bytes per held shard and is written with the
+// renewals, never on its own.
 const AnnotationReport = "sharding.go-coalesce.io/report"
 
-// heldShard is one held shard as observe saw it.
+// heldShard is one held shard as observe saw it, or as a member's report
+// says it (known is false for an entry without load).
 type heldShard struct {
 	shard   int
 	state   string
 	objects int
+	load    shardLoad
+	known   bool
 }
 
 // observer is what observe keeps between calls. New sets its cfg.
@@ -220,7 +227,7 @@ func (o *observer) observe(runs *ledger, inf *informer) {
 	o.last = held
 	o.mu.Lock()
 	o.held = held
-	o.report = reportOf(held)
+	o.report = reportOf(held, 0)
 	o.mu.Unlock()
 }
 
@@ -239,11 +246,17 @@ func (o *observer) reportNow() string {
 	return o.report
 }
 
-// reportOf encodes held as AnnotationReport's value.
-func reportOf(held []heldShard) string {
+// reportOf encodes held, and workers (0: unknown, not written), as
+// AnnotationReport's value. A shard whose load is not known is written
+// in three fields.
+func reportOf(held []heldShard, workers int) string {
 	var b strings.Builder
-	for i, h := range held {
-		if i > 0 {
+	if workers > 0 {
+		b.WriteString("w:")
+		b.WriteString(strconv.Itoa(workers))
+	}
+	for _, h := range held {
+		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
 		b.WriteString(strconv.Itoa(h.shard))
@@ -251,23 +264,49 @@ func reportOf(held []heldShard) string {
 		b.WriteByte(h.state[0])
 		b.WriteByte(':')
 		b.WriteString(strconv.Itoa(h.objects))
+		if h.known {
+			b.WriteByte(':')
+			b.WriteString(strconv.FormatInt(h.load.work.Milliseconds(), 10))
+			b.WriteByte(':')
+			b.WriteString(strconv.Itoa(h.load.ready))
+			b.WriteByte(':')
+			b.WriteString(strconv.FormatInt(h.load.oldest.Milliseconds(), 10))
+		}
 	}
 	return b.String()
 }
 
-// parseReport decodes AnnotationReport's value; entries it cannot read
-// are skipped (a newer writer's, or a hand edit).
-func parseReport(v string, shards int) []heldShard {
+// parseReport decodes AnnotationReport's value: the held shards, and the
+// workers (0 if not given). Entries it cannot read are skipped (a newer
+// writer's, or a hand edit).
+func parseReport(v string, shards int) (held []heldShard, workers int) {
 	var out []heldShard
 	for _, e := range strings.Fields(v) {
 		parts := strings.Split(e, ":")
-		if len(parts) != 3 {
+		if len(parts) == 2 && parts[0] == "w" {
+			if n, err := strconv.Atoi(parts[1]); err == nil && n > 0 {
+				workers = n
+			}
+			continue
+		}
+		if len(parts) != 3 && len(parts) != 6 {
 			continue
 		}
 		s, err1 := strconv.Atoi(parts[0])
 		n, err2 := strconv.Atoi(parts[2])
-		if err1 != nil || err2 != nil || s < 0 || s >= shards {
+		if err1 != nil || err2 != nil || s < 0 || s >= shards || n < 0 {
 			continue
+		}
+		var l shardLoad
+		known := len(parts) == 6
+		if known {
+			w, err1 := strconv.ParseInt(parts[3], 10, 64)
+			r, err2 := strconv.Atoi(parts[4])
+			o, err3 := strconv.ParseInt(parts[5], 10, 64)
+			if err1 != nil || err2 != nil || err3 != nil || w < 0 || r < 0 || o < 0 {
+				continue
+			}
+			l = shardLoad{work: time.Duration(w) * time.Millisecond, ready: r, oldest: time.Duration(o) * time.Millisecond}
 		}
 		var state string
 		switch parts[1] {
@@ -280,9 +319,9 @@ func parseReport(v string, shards int) []heldShard {
 		default:
 			continue
 		}
-		out = append(out, heldShard{shard: s, state: state, objects: n})
+		out = append(out, heldShard{shard: s, state: state, objects: n, load: l, known: known})
 	}
-	return out
+	return out, workers
 }
 
 // The event hooks: each is called at the one place its event happens.

@@ -156,7 +156,7 @@ func (r *Replica) status(now time.Time) Status {
 		}
 		st.Members = append(st.Members, ms)
 		rep := make(map[int]heldShard)
-		for _, h := range parseReport(m.report, r.shards) {
+		for _, h := range m.load.held {
 			rep[h.shard] = h
 		}
 		reports[id] = rep

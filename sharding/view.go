@@ -61,10 +61,11 @@ type memberInfo struct {
 	synced  []int
 	leaving bool
 	// For the ring page only (status.go), never for a decision: the
-	// Lease's acquireTime and renewTime (the writer's clock) and its
-	// AnnotationReport.
+	// Lease's acquireTime and renewTime (the writer's clock).
 	started, renewed time.Time
-	report           string
+	// load is the member's AnnotationReport, read (load.go). Never
+	// shared with another memberInfo's.
+	load memberLoad
 }
 
 type shardInfo struct {
@@ -175,12 +176,14 @@ func (g *ringView) parse(le *coordinationv1.Lease) (parsed, bool) {
 		confirmed := le.Spec.AcquireTime == nil || le.Spec.RenewTime == nil ||
 			!le.Spec.AcquireTime.Equal(le.Spec.RenewTime)
 		conf := confOf(le)
+		var load memberLoad
+		load.held, load.workers = parseReport(le.Annotations[AnnotationReport], cmp.Or(conf.shards, g.shardCount))
 		return parsed{member: id, shard: -1, m: memberInfo{ref: refOf(le),
 			session: le.Annotations[AnnotationSession], confirmed: confirmed, conf: conf,
 			synced:  parseShards(le.Annotations[annotationSynced], cmp.Or(conf.shards, g.shardCount)),
 			leaving: le.Annotations[annotationLeaving] == "true",
 			started: microTime(le.Spec.AcquireTime), renewed: microTime(le.Spec.RenewTime),
-			report: le.Annotations[AnnotationReport]}}, true
+			load: load}}, true
 	case roleRing:
 		if le.Name != ringLeaseName(g.ring) {
 			return parsed{}, false
