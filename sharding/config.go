@@ -153,6 +153,16 @@ type Config struct {
 	// "Planned moves"). Zero means LeaseDuration.
 	HandoffTimeout time.Duration
 
+	// Balance is how the ring deals its shards out: by count (every
+	// replica holds ⌊S/N⌋ or ⌈S/N⌉ shards) or by the load the holders
+	// measure and publish (load.go). The zero value is BalanceDefault.
+	Balance Balance
+	// Workers is the number of the controller's workers (goroutines that
+	// run keys), published with the load so that the ring's busy fraction
+	// (the time its handlers ran over workers × time) can be computed.
+	// Zero: not published.
+	Workers int
+
 	// SkipRelease makes Run, when its context ends, stop at once without
 	// releasing anything, as a crashed process would: the runs in flight
 	// are cancelled and the other replicas take the shards after
@@ -173,6 +183,21 @@ type Config struct {
 	// goroutine, which it must not block.
 	OnChange func(shards []int)
 }
+
+// Balance is how a ring deals its shards out (Config.Balance).
+type Balance int
+
+const (
+	// BalanceDefault is the library's choice (load.go says which).
+	BalanceDefault Balance = iota
+	// BalanceCount deals every replica ⌊S/N⌋ or ⌈S/N⌉ shards, whatever
+	// their load.
+	BalanceCount
+	// BalanceLoad moves shards from the most loaded replicas to the
+	// least, within a band, with hysteresis and a budget of moves per
+	// period; while any member publishes no load it balances by count.
+	BalanceLoad
+)
 
 // validate checks cfg and returns it with its defaults filled in. Each
 // error names the field at fault.
@@ -269,6 +294,10 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("sharding: Config.GracePeriod is %v, need it 0 or above", cfg.GracePeriod)
 	case cfg.HandoffTimeout < 0:
 		return cfg, fmt.Errorf("sharding: Config.HandoffTimeout is %v, need it 0 (LeaseDuration) or above", cfg.HandoffTimeout)
+	case cfg.Balance < BalanceDefault || cfg.Balance > BalanceLoad:
+		return cfg, fmt.Errorf("sharding: Config.Balance is %d, need BalanceDefault, BalanceCount or BalanceLoad", cfg.Balance)
+	case cfg.Workers < 0:
+		return cfg, fmt.Errorf("sharding: Config.Workers is %d, need it 0 (not published) or above", cfg.Workers)
 	}
 	return cfg, nil
 }

@@ -227,7 +227,7 @@ func (o *observer) observe(runs *ledger, inf *informer) {
 	o.last = held
 	o.mu.Lock()
 	o.held = held
-	o.report = reportOf(held, 0)
+	o.report = reportOf(held, o.cfg.Workers)
 	o.mu.Unlock()
 }
 
