@@ -162,6 +162,13 @@ type Config struct {
 	// (the time its handlers ran over workers × time) can be computed.
 	// Zero: not published.
 	Workers int
+	// TargetBusy and TargetOldest are what the ring's scaling signal
+	// (signal.go, Metrics.DesiredReplicas) aims at: the busy fraction of
+	// the workers (zero: DefaultTargetBusy), and the oldest ready key's age
+	// beyond which the ring is behind and asks for more replicas than its
+	// work alone does (zero: DefaultTargetOldest).
+	TargetBusy   float64
+	TargetOldest time.Duration
 
 	// SkipRelease makes Run, when its context ends, stop at once without
 	// releasing anything, as a crashed process would: the runs in flight
@@ -282,6 +289,7 @@ func (cfg Config) validate() (Config, error) {
 	def(&cfg.RetryPeriod, DefaultRetryPeriod)
 	def(&cfg.GracePeriod, DefaultGracePeriod)
 	def(&cfg.HandoffTimeout, cfg.LeaseDuration)
+	def(&cfg.TargetOldest, DefaultTargetOldest)
 	switch {
 	case cfg.RetryPeriod < MinRetryPeriod:
 		return cfg, fmt.Errorf("sharding: Config.RetryPeriod is %v, need at least MinRetryPeriod (%v): the replica writes its membership Lease once per RetryPeriod",
@@ -298,6 +306,13 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("sharding: Config.Balance is %d, need BalanceDefault, BalanceCount or BalanceLoad", cfg.Balance)
 	case cfg.Workers < 0:
 		return cfg, fmt.Errorf("sharding: Config.Workers is %d, need it 0 (not published) or above", cfg.Workers)
+	case !(cfg.TargetBusy >= 0 && cfg.TargetBusy <= 1): // NaN too
+		return cfg, fmt.Errorf("sharding: Config.TargetBusy is %v, need it in (0, 1], or 0 (DefaultTargetBusy)", cfg.TargetBusy)
+	case cfg.TargetOldest < 0:
+		return cfg, fmt.Errorf("sharding: Config.TargetOldest is %v, need it 0 (DefaultTargetOldest) or above", cfg.TargetOldest)
+	}
+	if cfg.TargetBusy == 0 {
+		cfg.TargetBusy = DefaultTargetBusy
 	}
 	return cfg, nil
 }

@@ -77,6 +77,9 @@ func TestNewValidates(t *testing.T) {
 		"negative grace":       {func(c *sharding.Config) { c.GracePeriod = -1 }, "Config.GracePeriod is -1ns"},
 		"negative handoff":     {func(c *sharding.Config) { c.HandoffTimeout = -1 }, "Config.HandoffTimeout is -1ns"},
 		"lease under defaults": {func(c *sharding.Config) { c.LeaseDuration = 5 * time.Second }, "Config.RenewDeadline (10s) must be below Config.LeaseDuration (5s)"},
+		"busy above one":       {func(c *sharding.Config) { c.TargetBusy = 1.5 }, "Config.TargetBusy is 1.5, need it in (0, 1]"},
+		"busy negative":        {func(c *sharding.Config) { c.TargetBusy = -0.1 }, "Config.TargetBusy is -0.1"},
+		"oldest negative":      {func(c *sharding.Config) { c.TargetOldest = -1 }, "Config.TargetOldest is -1ns"},
 	} {
 		c := ok()
 		tc.edit(&c)

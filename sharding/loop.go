@@ -269,6 +269,7 @@ func (l *loop) decide(ctx context.Context, tick bool) {
 	}
 	active, _ := l.runs.states()
 	a := l.m.Step(observation{now: now, tick: tick, v: v, session: l.runs.status(), active: active})
+	l.obs.signal(v, l.shards)
 	l.carryOut(ctx, a)
 }
 

@@ -61,6 +61,16 @@ type Metrics struct {
 	// object; client-go's fake clientset does not (replica.go).
 	WithoutUID Gauge
 
+	// RingReady, RingOldestReady, RingBusy and DesiredReplicas are the
+	// ring's scaling signal (signal.go; docs/autoscale.md), computed from
+	// every member's report, so each replica exports the same values: the
+	// keys waiting across the ring, the oldest one's age in seconds, the
+	// busy fraction of the workers (handler time over Config.Workers ×
+	// time, over the members that publish Workers), and the replica count
+	// that load asks for (aiming at Config.TargetBusy and TargetOldest).
+	// They are set at each decision of the loop.
+	RingReady, RingOldestReady, RingBusy, DesiredReplicas Gauge
+
 	// Gained counts the shards the replica acquired: each acquisition
 	// of a shard Lease that was answered (a move to this replica, or a
 	// shard's first holder).

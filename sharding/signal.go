@@ -1,0 +1,144 @@
+package sharding
+
+import (
+	"cmp"
+	"math"
+	"time"
+)
+
+// This file is the ring's scaling signal: the gauges an autoscaler scales
+// the controller's Deployment on (Metrics.RingReady, RingOldestReady,
+// RingBusy, DesiredReplicas; docs/autoscale.md). It is a function of the
+// view alone (each member's AnnotationReport, load.go), so every replica
+// that sees the same ring exports the same values: a scrape of any one
+// of them is the ring's, and the max across them is the freshest.
+//
+// The replica count that load asks for (desired) is, for a ring of n
+// members (those not leaving) on S shards:
+//
+//	desired = ⌈work / (w × loadWindow × TargetBusy)⌉ + u
+//
+// where work is the handler time of every shard whose load a member
+// reports (leaving members' too: that work moves to the others), w the
+// mean of the workers the members report, and u the members that report
+// no load at all (an older version, or one that publishes nothing): each
+// counts as one replica at its target, asking for neither more nor
+// fewer. If no member reports workers, the work says nothing, and desired
+// is n. Then the backlog: while the oldest ready key has waited longer
+// than TargetOldest, the ring is behind whatever its work says (a ring at
+// 100 % busy measures its capacity, not its demand), and desired is at
+// least ⌈n × min(2, oldest/TargetOldest)⌉: more than n, at most twice n
+// per reading, so that a ring far behind is not told to multiply at once
+// before the first added replicas have taken their shards. Last, desired
+// is kept within [1, S]: a replica beyond the S-th would hold no shard.
+//
+// A replica of another shard count (a rollout that changes Shards) holds
+// keys of the same controller, so its work, keys and workers count as
+// anyone's, and it is one of the n; S is the ring's count (the ring's
+// Lease), else the replica's.
+//
+// Work counts shards, not replicas: desired assumes the balance spreads
+// the work within its band. Under count balance with shards of unequal
+// work, the most loaded replica is above the mean; TargetBusy below 1 is
+// the headroom for that, and for the minute loadWindow lags.
+
+// Defaults of Config.TargetBusy and Config.TargetOldest.
+const (
+	// DefaultTargetBusy leaves a quarter of the workers free: room for a
+	// burst, and for shards of unequal work under count balance.
+	DefaultTargetBusy = 0.75
+	// DefaultTargetOldest is the oldest ready age beyond which the ring
+	// asks for more replicas than its work does: well above a healthy
+	// queue's wait (a fraction of a run), and within what an operator of
+	// a controller notices.
+	DefaultTargetOldest = 30 * time.Second
+)
+
+// signal is the ring's scaling signal, as one view gives it.
+type signal struct {
+	ready  int           // keys waiting in the members' queues, summed
+	oldest time.Duration // the oldest ready key's age, across the ring
+	// busy is the handler time over workers × loadWindow, over the
+	// members that report workers (0 if none does).
+	busy     float64
+	replicas int // n: the members not leaving
+	desired  int // the replica count load asks for
+}
+
+// scaleTarget is what signalOf aims at: Config.TargetBusy and
+// TargetOldest, and the replica's shard count (used when the view has no
+// ring's Lease).
+type scaleTarget struct {
+	busy   float64
+	oldest time.Duration
+	shards int
+}
+
+// signalOf computes the ring's signal from v (see the file's comment).
+func signalOf(v *view, t scaleTarget) signal {
+	var s signal
+	var work, busyWork time.Duration // all measured work; that of members reporting workers
+	workers, reporting, unmeasured := 0, 0, 0
+	for _, m := range v.members {
+		if !m.leaving {
+			s.replicas++
+		}
+		measured := m.load.workers > 0
+		var mw time.Duration
+		for _, h := range m.load.held {
+			if !h.known {
+				continue
+			}
+			// A key waits in one queue only, its admitter's (a replica
+			// that gives a shard up removes its keys): no key counts
+			// twice.
+			measured = true
+			mw += h.load.work
+			s.ready += h.load.ready
+			s.oldest = max(s.oldest, h.load.oldest)
+		}
+		work += mw
+		if m.load.workers > 0 {
+			workers += m.load.workers
+			reporting++
+			busyWork += mw
+		}
+		if !measured && !m.leaving {
+			unmeasured++
+		}
+	}
+	s.desired = s.replicas
+	if workers > 0 {
+		s.busy = busyWork.Seconds() / (float64(workers) * loadWindow.Seconds())
+		perReplica := float64(workers) / float64(reporting) * loadWindow.Seconds() * t.busy
+		s.desired = ceilTol(work.Seconds()/perReplica) + unmeasured
+	}
+	if t.oldest > 0 && s.oldest > t.oldest {
+		behind := ceilTol(float64(s.replicas) * min(2, s.oldest.Seconds()/t.oldest.Seconds()))
+		s.desired = max(s.desired, behind)
+	}
+	shards := cmp.Or(v.ringLease.conf.shards, t.shards)
+	if shards > 0 {
+		s.desired = min(s.desired, shards)
+	}
+	s.desired = max(s.desired, 1)
+	return s
+}
+
+// ceilTol is ⌈x⌉, but a whole number that rounding left a hair above
+// itself stays as it is (3 × 0.1 / 0.1 is 3, not 4).
+func ceilTol(x float64) int { return int(math.Ceil(x - 1e-9)) }
+
+// signal sets the ring's gauges from v, the view of a decision. It
+// computes nothing if none of them is set.
+func (o *observer) signal(v *view, shards int) {
+	m := o.cfg.Metrics
+	if m.RingReady == nil && m.RingOldestReady == nil && m.RingBusy == nil && m.DesiredReplicas == nil {
+		return
+	}
+	s := signalOf(v, scaleTarget{busy: o.cfg.TargetBusy, oldest: o.cfg.TargetOldest, shards: shards})
+	setGauge(m.RingReady, float64(s.ready))
+	setGauge(m.RingOldestReady, s.oldest.Seconds())
+	setGauge(m.RingBusy, s.busy)
+	setGauge(m.DesiredReplicas, float64(s.desired))
+}
