@@ -14,17 +14,27 @@ import (
 // of them is the ring's, and the max across them is the freshest.
 //
 // The replica count that load asks for (desired) is, for a ring of n
-// members (those not leaving) on S shards:
+// members (those not leaving) on S shards, the fewest replicas whose
+// busiest one is at its target once the shards are dealt out:
 //
-//	desired = ⌈work / (w × loadWindow × TargetBusy)⌉ + u
+//	k       = ⌊S × c / work⌋, the shards a replica can run at its target
+//	desired = ⌈S / k⌉ + u    (S if k is 0: one shard is more than c)
 //
 // where work is the handler time of every shard whose load a member
-// reports (leaving members' too: that work moves to the others), w the
-// mean of the workers the members report, and u the members that report
-// no load at all (an older version, or one that publishes nothing): each
-// counts as one replica at its target, asking for neither more nor
-// fewer. If no member reports workers, the work says nothing, and desired
-// is n. Then the backlog: while the oldest ready key has waited longer
+// reports (leaving members' too: that work moves to the others), c =
+// w × loadWindow × TargetBusy is a replica's work at its target, with w
+// the mean of the workers the members report, and u the members that
+// report no load at all (an older version, or one that publishes
+// nothing): each counts as one replica at its target, asking for neither
+// more nor fewer. Shards are whole: with work for 7 replicas on 8
+// shards, 7 replicas would leave one holding 2 shards, 2/8 of the work,
+// above its target, so desired is 8, where ⌈work / c⌉ would say 7 and the
+// busiest replica's backlog would ask for 8 again, a flapping between the
+// two. The shards are taken as equal (work/S each): under count balance
+// with shards of unequal work the busiest replica is above that, and
+// TargetBusy below 1 is the headroom for it (and for the minute
+// loadWindow lags). If no member reports workers, the work says nothing,
+// and desired is n. Then the backlog: while the oldest ready key has waited longer
 // than TargetOldest, the ring is behind whatever its work says (a ring at
 // 100 % busy measures its capacity, not its demand), and desired is at
 // least ⌈n × min(2, oldest/TargetOldest)⌉: more than n, at most twice n
@@ -36,11 +46,6 @@ import (
 // keys of the same controller, so its work, keys and workers count as
 // anyone's, and it is one of the n; S is the ring's count (the ring's
 // Lease), else the replica's.
-//
-// Work counts shards, not replicas: desired assumes the balance spreads
-// the work within its band. Under count balance with shards of unequal
-// work, the most loaded replica is above the mean; TargetBusy below 1 is
-// the headroom for that, and for the minute loadWindow lags.
 
 // Defaults of Config.TargetBusy and Config.TargetOldest.
 const (
@@ -107,27 +112,28 @@ func signalOf(v *view, t scaleTarget) signal {
 			unmeasured++
 		}
 	}
+	shards := max(cmp.Or(v.ringLease.conf.shards, t.shards), 1)
 	s.desired = s.replicas
 	if workers > 0 {
 		s.busy = busyWork.Seconds() / (float64(workers) * loadWindow.Seconds())
-		perReplica := float64(workers) / float64(reporting) * loadWindow.Seconds() * t.busy
-		s.desired = ceilTol(work.Seconds()/perReplica) + unmeasured
+		c := float64(workers) / float64(reporting) * loadWindow.Seconds() * t.busy
+		s.desired = unmeasured
+		if work > 0 {
+			k := int(math.Floor(float64(shards)*c/work.Seconds() + 1e-9))
+			if k < 1 {
+				s.desired += shards
+			} else {
+				s.desired += (shards + k - 1) / k
+			}
+		}
 	}
 	if t.oldest > 0 && s.oldest > t.oldest {
-		behind := ceilTol(float64(s.replicas) * min(2, s.oldest.Seconds()/t.oldest.Seconds()))
+		behind := int(math.Ceil(float64(s.replicas)*min(2, s.oldest.Seconds()/t.oldest.Seconds()) - 1e-9))
 		s.desired = max(s.desired, behind)
 	}
-	shards := cmp.Or(v.ringLease.conf.shards, t.shards)
-	if shards > 0 {
-		s.desired = min(s.desired, shards)
-	}
-	s.desired = max(s.desired, 1)
+	s.desired = max(min(s.desired, shards), 1)
 	return s
 }
-
-// ceilTol is ⌈x⌉, but a whole number that rounding left a hair above
-// itself stays as it is (3 × 0.1 / 0.1 is 3, not 4).
-func ceilTol(x float64) int { return int(math.Ceil(x - 1e-9)) }
 
 // signal sets the ring's gauges from v, the view of a decision. It
 // computes nothing if none of them is set.

@@ -81,6 +81,15 @@ func TestSignalOf(t *testing.T) {
 			signal{busy: 100, replicas: 1, desired: 16}},
 		{"capped at the ring's count", []memberInfo{signalMember(false, 1, "6000:0:0")}, 4,
 			signal{busy: 100, replicas: 1, desired: 4}},
+		// Shards are whole: the work of 7 replicas at their target on 8
+		// shards asks for 8 (7 would leave one with 2/8 of the work); on
+		// 16, for 8 too (7 would leave two with 3/16).
+		{"whole shards", []memberInfo{signalMember(false, 4, "240:0:0", "180:0:0"), signalMember(false, 4, "240:0:0", "180:0:0"), signalMember(false, 4, "240:0:0", "180:0:0")}, 8,
+			signal{busy: 1260.0 / 720, replicas: 3, desired: 8}},
+		{"whole shards, 16", []memberInfo{signalMember(false, 4, "240:0:0", "180:0:0"), signalMember(false, 4, "240:0:0", "180:0:0"), signalMember(false, 4, "240:0:0", "180:0:0")}, 0,
+			signal{busy: 1260.0 / 720, replicas: 3, desired: 8}},
+		{"16 shards, 4 replicas' work", []memberInfo{signalMember(false, 4, "360:0:0"), signalMember(false, 4, "360:0:0")}, 0,
+			signal{busy: 720.0 / 480, replicas: 2, desired: 4}},
 		{"surplus replicas", []memberInfo{signalMember(false, 0), signalMember(false, 0), signalMember(false, 0)}, 2,
 			signal{replicas: 3, desired: 2}},
 	}

@@ -217,6 +217,15 @@ type sim struct {
 	events   int
 	violated string
 	writes   map[string][2]int // sent once quiet: member, shard Leases
+	// A test that runs keys of its own (sim_autoscale_test.go) sets
+	// these: keys starts rp's runs in place of startRuns's drawn ones,
+	// report is the load rp's membership writes carry (AnnotationReport),
+	// and hook is called after every event, before the checks.
+	keys   func(rp *simReplica)
+	report func(rp *simReplica) memberLoad
+	hook   func(e simEvent)
+	// moveBound, if set, is check (c)'s bound in place of simMoveBound.
+	moveBound time.Duration
 }
 
 func newSim(seed uint64) *sim {
@@ -397,6 +406,9 @@ func (s *sim) renew(rp *simReplica, tick bool) bool {
 	}
 	p := parsed{member: rp.id, shard: -1, m: memberInfo{session: w.session, confirmed: !w.start.Equal(w.now),
 		conf: ringConf{shards: rp.shards, field: FieldUID}, synced: slices.Clone(w.mark.synced), leaving: w.mark.leaving}}
+	if s.report != nil {
+		p.m.load = s.report(rp)
+	}
 	var cond *leaseRef
 	if rp.member.known() {
 		c := rp.member
@@ -943,6 +955,9 @@ func (s *sim) run(d time.Duration) string {
 			s.step(rp, true)
 			s.after(rp)
 		}
+		if s.hook != nil {
+			s.hook(e)
+		}
 		s.cancelled()
 		admitted, occupied := s.occupancy()
 		for u, a := range s.admitters(&occupied, true) {
@@ -1058,9 +1073,13 @@ func (s *sim) checkMoves(admitted *[simUnits]int) {
 			m.maxGap = max(m.maxGap, s.now.Sub(m.gap[u]))
 			m.maxAfter = max(m.maxAfter, s.now.Sub(from))
 			m.gaps++
-			if s.calm && s.now.Sub(from) > simMoveBound && s.violated == "" {
+			bound := simMoveBound
+			if s.moveBound > 0 {
+				bound = s.moveBound
+			}
+			if s.calm && s.now.Sub(from) > bound && s.violated == "" {
 				s.violated = fmt.Sprintf("at %v hash range %d/%d taken %v after its drain (gap %v, bound %v)",
-					s.now.Sub(t0), u, simUnits, s.now.Sub(from), s.now.Sub(m.gap[u]), simMoveBound)
+					s.now.Sub(t0), u, simUnits, s.now.Sub(from), s.now.Sub(m.gap[u]), bound)
 			}
 			m.gap[u] = time.Time{}
 		}
@@ -1096,6 +1115,10 @@ func (s *sim) step(rp *simReplica, tick bool) {
 	}
 	s.decide(rp, tick)
 	s.progress(rp)
+	if s.keys != nil {
+		s.keys(rp)
+		return
+	}
 	s.startRuns(rp)
 }
 
