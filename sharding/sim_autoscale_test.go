@@ -30,7 +30,8 @@ import (
 // docs/autoscale.md's manifests (asHPA) sets the Deployment's replicas:
 // an added pod joins the ring asPodStart later, a removed one leaves
 // gracefully (SIGTERM: Run's context ends). The arrival rate triples at
-// asStep and drops back at asDrop.
+// asStep, drops back for a lull of two minutes amid it, and drops back at
+// asDrop.
 //
 // Checked: no two replicas run keys of one shard at once (the harness's
 // check by hash range after every event, and the exclusion oracle on
@@ -39,8 +40,8 @@ import (
 // the ring reaches the replicas the step asks for (8) within asPeakBound,
 // the backlog (the oldest waiting key's age) is back under
 // asTargetOldest within asRecoverBound of the step and stays there, the
-// replicas never fall while the load is high nor rise once it has
-// dropped (no flapping), scale-down drains (every removed replica leaves
+// replicas never fall between the step and the drop (the lull included)
+// nor rise once they fell after it (no flapping), scale-down drains (every removed replica leaves
 // gracefully, its runs finished, none cancelled) and the ring is back at
 // its base replicas by the end. The figures are in docs/autoscale.md.
 
@@ -52,9 +53,13 @@ const (
 	// (3 at DefaultTargetBusy), which ask for 3 replicas and for 8: the
 	// work of 6.5 replicas, but with 7 one holds two of the 8 shards,
 	// 4.9 workers' work, more than its workers run.
-	asBase         = 6.5
-	asStart        = 20 * time.Second // the first arrival
-	asStep         = 3 * time.Minute
+	asBase  = 6.5
+	asStart = 20 * time.Second // the first arrival
+	asStep  = 3 * time.Minute
+	// A lull: the base rate from asLull for asLullFor, amid the high
+	// load, shorter than the HPA's down window, which holds the replicas.
+	asLull         = asStep + 8*time.Minute
+	asLullFor      = 2 * time.Minute
 	asDrop         = 15 * time.Minute
 	asStopArrivals = 28 * time.Minute
 	asEnd          = asStopArrivals + time.Minute
@@ -265,7 +270,7 @@ func newAsModel(seed uint64) *asModel {
 
 // rate is the arrival rate at t, keys a second.
 func (m *asModel) rate(t time.Time) float64 {
-	if d := t.Sub(t0); d >= asStep && d < asDrop {
+	if d := t.Sub(t0); d >= asStep && d < asDrop && (d < asLull || d >= asLull+asLullFor) {
 		return 3 * asBase
 	}
 	return asBase
@@ -509,7 +514,7 @@ func (m *asModel) scale(n int) {
 	}
 	switch {
 	case since >= asStep && since < asDrop && n < m.replicas && m.failed == "":
-		m.failed = fmt.Sprintf("at %v the replicas fall from %d to %d while the load is high", since, m.replicas, n)
+		m.failed = fmt.Sprintf("at %v the replicas fall from %d to %d between the step and the drop", since, m.replicas, n)
 	case since >= asDrop && !m.scaleDownAt.IsZero() && n > m.replicas && m.failed == "":
 		m.failed = fmt.Sprintf("at %v the replicas rise from %d to %d after the load dropped", since, m.replicas, n)
 	}
