@@ -61,7 +61,7 @@ const (
 	asLull         = asStep + 8*time.Minute
 	asLullFor      = 2 * time.Minute
 	asDrop         = 15 * time.Minute
-	asStopArrivals = 28 * time.Minute
+	asStopArrivals = 26 * time.Minute
 	asEnd          = asStopArrivals + time.Minute
 	asHPAStart     = 90 * time.Second // once the work's window is full
 	asSync         = 15 * time.Second // the HPA's sync, and Prometheus' scrape

@@ -72,6 +72,9 @@ func runCluster(ctx context.Context, o clusterOptions) error {
 			"deployments", o.namespace, fields.Everything()),
 		Queue:   q,
 		Metrics: g.metrics(),
+		// The workers below, published so that the ring's busy
+		// fraction and the replicas it asks for can be computed.
+		Workers: clusterWorkers,
 		OnChange: func(held []int) {
 			klog.InfoS("holds shards", "identity", o.identity, "shards", held)
 		},
@@ -114,7 +117,7 @@ func runCluster(ctx context.Context, o clusterOptions) error {
 		runErr = r.Run(ctx)
 		cancel() // Run returned on its own (an error): stop the workers too
 	})
-	_ = workqueue.Run(ctx, q, 4, r.Handler(reconcile))
+	_ = workqueue.Run(ctx, q, clusterWorkers, r.Handler(reconcile))
 	<-ctx.Done()
 	if srv != nil {
 		shut, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -124,6 +127,9 @@ func runCluster(ctx context.Context, o clusterOptions) error {
 	wg.Wait()
 	return runErr
 }
+
+// clusterWorkers is the number of the replica's workers.
+const clusterWorkers = 4
 
 // gauges are the replica's sharding.Metrics, served in Prometheus' text
 // format by handler: the example keeps the sharding module free of a
@@ -159,7 +165,11 @@ func (g *gauge) Inc() {
 func newGauges() *gauges {
 	g := &gauges{values: map[string]*gauge{}, series: map[string]map[string]*gauge{}, kinds: map[string]string{}}
 	for _, name := range []string{"sharding_shards", "sharding_objects", "sharding_server_filtering", "sharding_forbidden",
-		"sharding_gained_total", "sharding_released_total", "sharding_fences_total"} {
+		"sharding_gained_total", "sharding_released_total", "sharding_fences_total",
+		// The ring's scaling signal, the same on every replica
+		// (sharding/docs/autoscale.md: an autoscaler scales on
+		// sharding_desired_replicas).
+		"sharding_ring_ready_keys", "sharding_ring_oldest_ready_seconds", "sharding_ring_busy_ratio", "sharding_desired_replicas"} {
 		g.names = append(g.names, name)
 		g.values[name] = &gauge{}
 	}
@@ -216,6 +226,10 @@ func (g *gauges) metrics() sharding.Metrics {
 		Gained:          g.values["sharding_gained_total"],
 		Released:        g.values["sharding_released_total"],
 		Fences:          g.values["sharding_fences_total"],
+		RingReady:       g.values["sharding_ring_ready_keys"],
+		RingOldestReady: g.values["sharding_ring_oldest_ready_seconds"],
+		RingBusy:        g.values["sharding_ring_busy_ratio"],
+		DesiredReplicas: g.values["sharding_desired_replicas"],
 		Lapses: func(cause string) sharding.Counter {
 			return g.labelled("counter", "sharding_lapses_total", "cause", cause)
 		},

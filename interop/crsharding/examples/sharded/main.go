@@ -130,6 +130,13 @@ func ringMetrics() sharding.Metrics {
 		Gained:          counter("sharding_gained_total", "Shards the replica acquired."),
 		Released:        counter("sharding_released_total", "Shards the replica released after draining them."),
 		Fences:          counter("sharding_fences_total", "Members the replica fenced (their Lease unchanged for LeaseDuration)."),
+		// The ring's scaling signal, the same on every replica: an
+		// autoscaler scales the Deployment on sharding_desired_replicas
+		// (sharding/docs/autoscale.md).
+		RingReady:       gauge("sharding_ring_ready_keys", "Keys waiting in the queues of the ring's replicas, summed."),
+		RingOldestReady: gauge("sharding_ring_oldest_ready_seconds", "Age of the oldest key waiting in the ring's queues."),
+		RingBusy:        gauge("sharding_ring_busy_ratio", "Handler time of the ring's replicas over their workers × time (the last minute)."),
+		DesiredReplicas: gauge("sharding_desired_replicas", "Replicas the ring's load asks for: its work at Config.TargetBusy, more while the oldest key waits beyond Config.TargetOldest."),
 		Lapses:          func(cause string) sharding.Counter { return lapses.WithLabelValues(cause) },
 		Lists:           func(resource, cause string) sharding.Counter { return lists.WithLabelValues(resource, cause) },
 		PerShard:        perShard,

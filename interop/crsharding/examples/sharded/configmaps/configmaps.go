@@ -52,7 +52,8 @@ type Options struct {
 	Identity string
 	// Ring is the ring's configuration; Client, Namespace, Identity,
 	// Object and Field are filled in, the rest (Name, Shards, timings) is
-	// taken as given. A zero Name means "configmaps".
+	// taken as given. A zero Name means "configmaps", a zero Workers
+	// the controller's (Options.Workers).
 	Ring sharding.Config
 	// Manager is the manager's configuration; its Cache is given the
 	// sharded informer, the namespace and the label selector.
@@ -81,6 +82,9 @@ func New(cfg *rest.Config, o Options) (manager.Manager, *crsharding.Sharding, er
 	ring.Identity = o.Identity
 	ring.Object = &corev1.ConfigMap{}
 	ring.Field = sharding.FieldUID
+	if ring.Workers == 0 { // published with the load: the ring's busy fraction
+		ring.Workers = cmp.Or(o.Workers, 4)
+	}
 	if ring.Name == "" {
 		ring.Name = "configmaps"
 	}
