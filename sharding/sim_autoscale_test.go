@@ -1,8 +1,10 @@
 package sharding
 
 import (
+	"bytes"
 	"container/heap"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -12,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/go-coalesce/workqueue/sharding/exclusion"
 )
@@ -27,7 +32,7 @@ import (
 // computes the ring's signal from its view (signalOf), a scrape reads
 // the max of their DesiredReplicas, and an autoscaler that follows the
 // Kubernetes HorizontalPodAutoscaler's algorithm with the behaviour of
-// docs/autoscale.md's manifests (asHPA) sets the Deployment's replicas:
+// the example's manifest (asManifest) sets the Deployment's replicas:
 // an added pod joins the ring asPodStart later, a removed one leaves
 // gracefully (SIGTERM: Run's context ends). The arrival rate triples at
 // asStep, drops back for a lull of two minutes amid it, and drops back at
@@ -67,7 +72,7 @@ const (
 	asSync         = 15 * time.Second // the HPA's sync, and Prometheus' scrape
 	asPodStart     = 5 * time.Second  // from the Deployment's change to Run
 	asTargetOldest = 10 * time.Second // Config.TargetOldest
-	asMin, asMax   = 2, simShards     // the HPA's minReplicas, maxReplicas
+	asMax          = simShards        // the most replicas that hold a shard
 	asBaseReplicas = 3                // what asBase asks for
 	// asRecoverBound is how long after the step the backlog may stay
 	// over asTargetOldest: the signal's lag (a scrape and a sync, 30 s,
@@ -102,7 +107,7 @@ type asPolicy struct {
 
 // asHPA is the HPA algorithm on one External metric whose target is an
 // AverageValue of 1 (the metric is the replica count it asks for), as
-// the manifests set it: desiredReplicas = ⌈current × (metric/current) / 1⌉,
+// the manifest sets it: desiredReplicas = ⌈current × (metric/current) / 1⌉,
 // no change within the tolerance, then the stabilisation windows, then
 // the rate policies, then [min, max].
 type asHPA struct {
@@ -118,14 +123,43 @@ type asRec struct {
 	replicas int
 }
 
-// asBehavior is the behaviour of docs/autoscale.md's manifests: scale up
-// at once (no window), doubling or adding 4 pods per 15 s, whichever is
-// more; scale down only to the highest recommendation of the last 5
-// minutes, one pod per minute.
-func asBehavior() asHPA {
-	return asHPA{min: asMin, max: asMax, tolerance: 0.1,
-		up:   asRules{policies: []asPolicy{{value: 100, period: 15 * time.Second}, {pods: true, value: 4, period: 15 * time.Second}}},
-		down: asRules{window: 5 * time.Minute, policies: []asPolicy{{pods: true, value: 1, period: time.Minute}}}}
+// asManifest is the example's HPA (docs/autoscale.md): the simulated
+// autoscaler takes its bounds and behaviour from it, so that what is
+// simulated is what users apply.
+const asManifest = "examples/deployments/deploy/autoscale/hpa.yaml"
+
+// asBehavior reads asManifest into an asHPA: scale up at once, doubling
+// or adding 4 pods per 15 s, whichever is more; scale down only to the
+// highest recommendation of the last 5 minutes, one pod per minute.
+func asBehavior(t testing.TB) asHPA {
+	t.Helper()
+	b, err := os.ReadFile(asManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := yaml.ToJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h autoscalingv2.HorizontalPodAutoscaler
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil || h.Spec.Behavior == nil || h.Spec.MinReplicas == nil {
+		t.Fatalf("%s: %v, or no behavior or minReplicas", asManifest, err)
+	}
+	rules := func(r *autoscalingv2.HPAScalingRules) asRules {
+		if r == nil || r.StabilizationWindowSeconds == nil || (r.SelectPolicy != nil && *r.SelectPolicy != autoscalingv2.MaxChangePolicySelect) {
+			t.Fatalf("%s: rules %+v: the simulation follows a window and selectPolicy Max", asManifest, r)
+		}
+		out := asRules{window: time.Duration(*r.StabilizationWindowSeconds) * time.Second}
+		for _, p := range r.Policies {
+			out.policies = append(out.policies, asPolicy{pods: p.Type == autoscalingv2.PodsScalingPolicy, value: int(p.Value),
+				period: time.Duration(p.PeriodSeconds) * time.Second})
+		}
+		return out
+	}
+	return asHPA{min: int(*h.Spec.MinReplicas), max: int(h.Spec.MaxReplicas), tolerance: 0.1,
+		up: rules(h.Spec.Behavior.ScaleUp), down: rules(h.Spec.Behavior.ScaleDown)}
 }
 
 // sync is one sync of the HPA at now, with cur replicas and the metric's
@@ -249,14 +283,14 @@ type asModel struct {
 	scaleDownAt time.Time
 }
 
-func newAsModel(seed uint64) *asModel {
+func newAsModel(t testing.TB, seed uint64) *asModel {
 	s := newSim(seed)
 	s.calm, s.replay = true, true // no faults: the autoscaler's moves only
 	// Several pods that join at once change the shares between a plan and
 	// its release: the taker a release names may have its share by then,
 	// and the shard waits for its new taker's next tick.
 	s.moveBound = simMoveBound + simRetry + jitterMax(simRetry, simRenew)
-	m := &asModel{s: s, rnd: rand.New(rand.NewPCG(seed, 0xa5ca1e)), hpa: asBehavior(),
+	m := &asModel{s: s, rnd: rand.New(rand.NewPCG(seed, 0xa5ca1e)), hpa: asBehavior(t),
 		target: scaleTarget{busy: DefaultTargetBusy, oldest: asTargetOldest, shards: simShards},
 		keys:   map[string]*asKey{}, runs: map[int]asRun{}, spans: map[string][]asSpan{},
 		replicas: asBaseReplicas, leaves: map[string]time.Time{}}
@@ -600,7 +634,7 @@ func TestSimAutoscale(t *testing.T) {
 	start := time.Now()
 	from, _ := strconv.ParseUint(os.Getenv("SHARDING_AUTOSCALE_FROM"), 10, 64)
 	for seed := from; seed < from+seeds; seed++ {
-		m := newAsModel(seed)
+		m := newAsModel(t, seed)
 		if v := m.run(); v != "" {
 			t.Errorf("seed %d: %s\n%s\n%s", seed, v, m.figures(), m.s.dump())
 		}
@@ -613,25 +647,27 @@ func TestSimAutoscale(t *testing.T) {
 // the tolerance, the windows and the policies.
 func TestSimAutoscaleHPA(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	h := asBehavior()
+	h := asBehavior(t)
 	steps := []struct {
 		at     int
 		cur    int
 		metric float64
 		want   int
 	}{
-		{0, 3, 3.2, 3},   // within the tolerance
-		{15, 3, 20, 7},   // 4 pods beat doubling
-		{30, 7, 20, 8},   // the max
-		{45, 8, 2, 8},    // the down window holds the highest of 5 minutes
-		{330, 8, 2, 7},   // 5 minutes on: one pod per minute
-		{345, 7, 2, 7},   // within that minute
-		{395, 7, 2, 6},   // the next minute
-		{400, 6, 0.1, 6}, // still within the minute
-		{460, 6, 1.5, 5}, // and the next
-		{475, 5, 50, 8},  // up at once, to the max
-		{476, 8, 9, 8},   // at the max
-		{490, 8, 1, 8},   // the window holds 8
+		{0, 3, 3.2, 3},     // within the tolerance
+		{15, 3, 20, 7},     // 4 pods beat doubling
+		{30, 7, 20, 14},    // doubling beats 4 pods
+		{45, 14, 30, 16},   // the max
+		{60, 16, 2, 16},    // the down window holds the highest of 5 minutes
+		{345, 16, 2, 15},   // 5 minutes on: one pod per minute
+		{360, 15, 2, 15},   // within that minute
+		{405, 15, 2, 14},   // the next minute
+		{410, 14, 0.1, 14}, // still within the minute
+		{465, 14, 1.5, 13}, // and the next
+		{480, 13, 50, 16},  // up at once, to the max
+		{481, 16, 17, 16},  // at the max
+		{495, 16, 1, 16},   // the window holds 16
+		{800, 16, 15, 16},  // within the tolerance, down
 	}
 	for _, st := range steps {
 		if got := h.sync(at(st.at), st.cur, st.metric); got != st.want {
