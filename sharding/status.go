@@ -319,7 +319,7 @@ func balanceStatus(v *view, b balance, balance Balance) (BalanceStatus, []string
 	bs := BalanceStatus{By: "count", Fallback: lp.fallback, Mean: lp.mean, Heaviest: lp.heaviest}
 	if lp.fallback == "" {
 		bs = BalanceStatus{By: "load", Mean: lp.mean, Heaviest: lp.heaviest, Bound: lp.bound,
-			Gain: time.Duration(loadGain * float64(max(lp.mean, lp.heaviest))),
+			Gain:     time.Duration(loadGain * float64(max(lp.mean, lp.heaviest))),
 			InFlight: lp.inflight, Budget: lp.budget, Held: lp.held}
 	}
 	for i, t := range to {
