@@ -152,9 +152,15 @@ const (
 // shard's shardLoad in milliseconds, keys and milliseconds; and one entry
 // w:<workers>, the replica's workers (memberLoad). An entry of three
 // fields (a replica that measures no load) has an unknown load. It is
-// at most about 30 bytes per held shard and is written with the
-// renewals, never on its own.
+// about 20 bytes per held shard, reportEntryMax at most (every number at
+// its largest: 74 KiB at 1,024 shards, under the API server's 256 KiB for
+// all annotations), and is written with the renewals, never on its own.
 const AnnotationReport = "sharding.go-coalesce.io/report"
+
+// reportEntryMax is the most bytes an entry of AnnotationReport takes,
+// with its separator: a shard index under 1,024, and the other five
+// numbers at their largest.
+const reportEntryMax = 75
 
 // heldShard is one held shard as observe saw it, or as a member's report
 // says it (known is false for an entry without load).
