@@ -57,8 +57,12 @@ func TestPlanLoad(t *testing.T) {
 	}{
 		{name: "over the band: the best split of the most loaded with the least, one move (budget of 2 members)",
 			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "b", "b", "b", "b"},
-			work: []float64{10, 10, 10, 12, 1, 1, 1, 1},
+			work: []float64{10, 10, 10, 16, 1, 1, 1, 1},
 			want: "3:a→b(load) held: budget"},
+		{name: "splits within the hysteresis of the best are equal: the lowest shard",
+			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "b", "b", "b", "b"},
+			work: []float64{10, 10, 10, 12, 1, 1, 1, 1},
+			want: "0:a→b(load) held: budget"},
 		{name: "within the band: no move",
 			members: []string{"a", "b"}, holders: []string{"a", "a", "b", "b"},
 			work: []float64{10, 11, 10, 9}, want: "held: band"},
