@@ -145,13 +145,16 @@ func TestPlanLoad(t *testing.T) {
 // counted takers other than the holder.
 func TestPlanLoadSameView(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(1, 2))
-	for range 50 {
+	for n := range 50 {
 		members := []string{"a", "b", "c", "d", "e"}
 		holders := make([]string, 32)
 		work := make([]float64, 32)
 		for i := range holders {
 			holders[i] = members[rnd.IntN(len(members))]
 			work[i] = float64(rnd.IntN(100))
+			if n%2 == 0 { // many ties
+				holders[i], work[i] = members[i%len(members)], float64(1+rnd.IntN(2))
+			}
 		}
 		first, _ := planOf(withWork(testView(members, holders), work))
 		for range 5 {
