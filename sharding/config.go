@@ -188,7 +188,8 @@ type Config struct {
 type Balance int
 
 const (
-	// BalanceDefault is the library's choice (load.go says which).
+	// BalanceDefault is the library's choice: count balance, for now
+	// (docs/contract.md "Balance by load" says why).
 	BalanceDefault Balance = iota
 	// BalanceCount deals every replica ⌊S/N⌋ or ⌈S/N⌉ shards, whatever
 	// their load.
@@ -199,8 +200,10 @@ const (
 	BalanceLoad
 )
 
-// defaultByLoad is what BalanceDefault means: balance by load
-// (docs/contract.md "Balance" says why).
+// defaultByLoad is what BalanceDefault means: false, count balance. By
+// load, the most loaded replica is never far over the band, but it can
+// be a little worse than a count balance that happens to fall within it
+// (docs/contract.md "Balance by load").
 const defaultByLoad = false
 
 // byLoad reports whether a replica configured with b balances by load.
