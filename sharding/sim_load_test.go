@@ -29,16 +29,16 @@ func simLoads(seed uint64) []time.Duration {
 	return out
 }
 
-// report is rp's AnnotationReport as a membership write carries it: the
-// shards it holds, with their work measured with 10% noise (drawn apart
-// from the seed's other draws, so that a fault dropped does not change
-// them).
-func (s *sim) report(rp *simReplica) memberLoad {
+// loadReport is rp's AnnotationReport as a membership write carries it:
+// the shards it holds, with their work (load) measured with 10% noise
+// (drawn apart from the seed's other draws, so that a fault dropped does
+// not change them).
+func (s *sim) loadReport(rp *simReplica, load []time.Duration) memberLoad {
 	var l memberLoad
 	active, draining := rp.led.states()
 	rnd := rand.New(rand.NewPCG(s.seed, uint64(s.now.UnixNano())))
 	add := func(i int, state string) {
-		w := float64(s.load(rp, i)) * (1 + 0.1*(2*rnd.Float64()-1))
+		w := float64(load[i]) * (1 + 0.1*(2*rnd.Float64()-1))
 		l.held = append(l.held, heldShard{shard: i, state: state, known: true, load: shardLoad{work: time.Duration(w)}})
 	}
 	for _, i := range active {
@@ -63,9 +63,9 @@ func TestSimLoad(t *testing.T) {
 	var worst float64
 	for seed := range seeds {
 		s := newSim(seed + 1000)
-		s.balance = BalanceLoad
+		s.balance, s.prefetched = BalanceLoad, true
 		loads := simLoads(seed)
-		s.load = func(_ *simReplica, i int) time.Duration { return loads[i] }
+		s.report = func(rp *simReplica) memberLoad { return s.loadReport(rp, loads) }
 		if v := s.run(simRingMinutes); v != "" {
 			t.Fatalf("seed %d: %s\nfaults:\n%s", seed+1000, v, join(s.trace))
 		}

@@ -187,6 +187,13 @@ type sim struct {
 	list  []*simReplica // the replicas, in order of start
 	next  int           // the next identity's number
 	trace []string
+	// balance is every replica's Config.Balance; prefetched, when set,
+	// has a taker sync the shards it prefetches at once, and say so with
+	// its next membership write (exec.go's sync); moved counts the
+	// planned moves begun, by cause (sim_load_test.go).
+	balance    Balance
+	prefetched bool
+	moved      map[string]int
 	// The faults: drawn from frnd, or replayed from plan; those applied.
 	frnd    *rand.Rand
 	replay  bool
@@ -217,12 +224,15 @@ type sim struct {
 	events   int
 	violated string
 	writes   map[string][2]int // sent once quiet: member, shard Leases
-	// balance is every replica's Config.Balance; load, if set, is the
-	// work a replica reports of shard i in its membership writes, and
-	// moved counts the planned moves begun, by cause (sim_load_test.go).
-	balance Balance
-	load    func(rp *simReplica, i int) time.Duration
-	moved   map[string]int
+	// A test that runs keys of its own (sim_autoscale_test.go) sets
+	// these: keys starts rp's runs in place of startRuns's drawn ones,
+	// report is the load rp's membership writes carry (AnnotationReport),
+	// and hook is called after every event, before the checks.
+	keys   func(rp *simReplica)
+	report func(rp *simReplica) memberLoad
+	hook   func(e simEvent)
+	// moveBound, if set, is check (c)'s bound in place of simMoveBound.
+	moveBound time.Duration
 }
 
 func newSim(seed uint64) *sim {
@@ -405,7 +415,7 @@ func (s *sim) renew(rp *simReplica, tick bool) bool {
 	}
 	p := parsed{member: rp.id, shard: -1, m: memberInfo{session: w.session, confirmed: !w.start.Equal(w.now),
 		conf: ringConf{shards: rp.shards, field: FieldUID}, synced: slices.Clone(w.mark.synced), leaving: w.mark.leaving}}
-	if s.load != nil {
+	if s.report != nil {
 		p.m.load = s.report(rp)
 	}
 	var cond *leaseRef
@@ -579,9 +589,7 @@ func (s *sim) progress(rp *simReplica) {
 		filled[i] = true
 	}
 	rp.led.setFilled(filled, 0)
-	if s.load != nil {
-		// The shards prefetched for planned moves are synced at once, and
-		// said so with the next membership write (exec.go's sync).
+	if s.prefetched {
 		rp.m.plans.synced = slices.Clone(rp.m.plans.prefetch)
 	}
 }
