@@ -238,7 +238,7 @@ func (m *machine) plan(v *view, b *balance) (to, causes []string) {
 		to, lp = b.planLoad(v)
 	} else {
 		lp.work, lp.known = shardWork(v)
-		lp.fallback = "Config.Balance is BalanceCount"
+		lp.fallback = "Config.Balance: by count"
 	}
 	for i, w := range lp.work {
 		if lp.known[i] {
