@@ -195,7 +195,8 @@ type Config struct {
 type Balance int
 
 const (
-	// BalanceDefault is the library's choice (load.go says which).
+	// BalanceDefault is the library's choice: count balance, for now
+	// (docs/contract.md "Balance by load" says why).
 	BalanceDefault Balance = iota
 	// BalanceCount deals every replica ⌊S/N⌋ or ⌈S/N⌉ shards, whatever
 	// their load.
@@ -205,6 +206,15 @@ const (
 	// period; while any member publishes no load it balances by count.
 	BalanceLoad
 )
+
+// defaultByLoad is what BalanceDefault means: false, count balance. By
+// load, the most loaded replica is never far over the band, but it can
+// be a little worse than a count balance that happens to fall within it
+// (docs/contract.md "Balance by load").
+const defaultByLoad = false
+
+// byLoad reports whether a replica configured with b balances by load.
+func (b Balance) byLoad() bool { return b == BalanceLoad || b == BalanceDefault && defaultByLoad }
 
 // validate checks cfg and returns it with its defaults filled in. Each
 // error names the field at fault.

@@ -187,6 +187,13 @@ type sim struct {
 	list  []*simReplica // the replicas, in order of start
 	next  int           // the next identity's number
 	trace []string
+	// balance is every replica's Config.Balance; prefetched, when set,
+	// has a taker sync the shards it prefetches at once, and say so with
+	// its next membership write (exec.go's sync); moved counts the
+	// planned moves begun, by cause (sim_load_test.go).
+	balance    Balance
+	prefetched bool
+	moved      map[string]int
 	// The faults: drawn from frnd, or replayed from plan; those applied.
 	frnd    *rand.Rand
 	replay  bool
@@ -229,7 +236,7 @@ type sim struct {
 }
 
 func newSim(seed uint64) *sim {
-	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, count: simShards, reps: make(map[string]*simReplica),
+	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, count: simShards, reps: make(map[string]*simReplica), moved: make(map[string]int),
 		store: simStore{recs: make(map[string]simRec)}}
 	_, _ = s.store.put("ring", parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: simShards, field: FieldUID}}}, nil)
 	return s
@@ -256,7 +263,7 @@ func (s *sim) start(id string, shards int) {
 	rnd := rand.New(rand.NewPCG(s.seed, 0x5eed+uint64(n)))
 	rp := &simReplica{id: id, shards: shards, rnd: rnd, rate: 1 + simDrift*(2*rnd.Float64()-1), led: &ledger{}, ring: newRingView("sim", shards),
 		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: shards, field: FieldUID},
-			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace})}
+			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace, balance: s.balance})}
 	rp.led.init(shards)
 	s.reps[id] = rp
 	s.order = append(s.order, id)
@@ -278,9 +285,11 @@ func (s *sim) clock(rp *simReplica) time.Time {
 	return t0.Add(time.Duration(float64(s.now.Sub(t0)) * rp.rate))
 }
 
-// real is the simulation's time when rp's clock reads at.
+// real is the simulation's time when rp's clock reads at: the first
+// nanosecond at which clock reads at least at (rounded down, an expire
+// timer fired a nanosecond before its deadline, and never again).
 func (s *sim) real(rp *simReplica, at time.Time) time.Time {
-	return t0.Add(time.Duration(float64(at.Sub(t0)) / rp.rate))
+	return t0.Add(time.Duration(float64(at.Sub(t0))/rp.rate) + 1)
 }
 
 // span is how long d on rp's clock takes.
@@ -503,6 +512,9 @@ func (s *sim) decide(rp *simReplica, tick bool) {
 	}
 	active, _ := rp.led.states()
 	a := rp.m.Step(observation{now: s.clock(rp), tick: tick, v: &v, session: rp.led.status(), active: active})
+	for _, c := range a.moved {
+		s.moved[c]++
+	}
 	if w := a.ringWrite; w != nil {
 		p := parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: w.shards, field: FieldUID}, gen: w.gen, target: w.target}}
 		ref := w.ref
@@ -547,6 +559,7 @@ func (s *sim) decide(rp *simReplica, tick bool) {
 		}
 		s.apply(rp, p, ref)
 		rp.led.acquired(w.i, w.session)
+		rp.led.seedWork(w.i, w.work)
 	}
 }
 
@@ -576,6 +589,9 @@ func (s *sim) progress(rp *simReplica) {
 		filled[i] = true
 	}
 	rp.led.setFilled(filled, 0)
+	if s.prefetched {
+		rp.m.plans.synced = slices.Clone(rp.m.plans.prefetch)
+	}
 }
 
 // simUnits is how many hash ranges the checks count in: the ranges of
@@ -921,7 +937,7 @@ func (s *sim) run(d time.Duration) string {
 			if k >= 0 && !rp.dead {
 				tk := rp.runs[k].tk
 				rp.runs = slices.Delete(rp.runs, k, k+1)
-				rp.led.end(tk, nil)
+				rp.led.end(tk, nil, s.clock(rp))
 				tk.cancel(nil)
 				if rp.pending == nil {
 					s.progress(rp)
