@@ -28,7 +28,8 @@ type Replica struct {
 	cfg    Config
 	field  string
 	shards int
-	wake   chan struct{} // capacity 1: pokes the loop
+	wake   chan struct{}    // capacity 1: pokes the loop
+	now    func() time.Time // time.Now (the simulation's clock in sim_test.go)
 
 	mu sync.Mutex // protects primary and running
 	// primary is the sharded informer of Config.Object: built by New
@@ -77,6 +78,7 @@ func New(cfg Config) (*Replica, error) {
 		field:  cfg.Field,
 		shards: cfg.Shards,
 		wake:   make(chan struct{}, 1),
+		now:    time.Now,
 		ring:   newRingView(cfg.Name, cfg.Shards),
 	}
 	r.obs.cfg = &r.cfg
@@ -380,7 +382,7 @@ func (r *Replica) poke() {
 // flight is cancelled. It is called by the expire timer, and by the loop
 // when the ring shows that the session is over.
 func (r *Replica) lose(force bool) {
-	if r.runs.lose(force, time.Now()) {
+	if r.runs.lose(force, r.now()) {
 		if !r.runs.leaving() {
 			r.obs.lapse(force)
 		}

@@ -44,6 +44,7 @@ type ringView struct {
 	changed    chan struct{}    // capacity 1: poked on every change
 	synced     chan struct{}    // closed at the first Replace
 	listed     func(first bool) // if set, told of each Replace (metrics.go)
+	now        func() time.Time // time.Now (the simulation's clock in sim_test.go)
 
 	mu        sync.Mutex // protects the fields below
 	members   map[string]memberInfo
@@ -56,7 +57,7 @@ type ringView struct {
 func newRingView(ring string, shards int) *ringView {
 	return &ringView{
 		ring: ring, shardCount: shards,
-		changed: make(chan struct{}, 1),
+		changed: make(chan struct{}, 1), now: time.Now,
 		synced:  make(chan struct{}),
 		members: make(map[string]memberInfo),
 		shards:  make([]shardInfo, shards),
@@ -195,7 +196,7 @@ func (g *ringView) upsert(obj any) {
 	if !ok {
 		return
 	}
-	now := time.Now()
+	now := g.now()
 	g.mu.Lock()
 	changed := g.setLocked(p, now)
 	g.mu.Unlock()
@@ -241,7 +242,7 @@ func (g *ringView) Delete(obj any) error {
 // replica that the list predates) is kept; one missing from the list and
 // not newer than it is gone.
 func (g *ringView) Replace(items []any, listRV string) error {
-	now := time.Now()
+	now := g.now()
 	ps := make([]parsed, 0, len(items))
 	for _, it := range items {
 		if le, ok := it.(*coordinationv1.Lease); ok {

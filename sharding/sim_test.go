@@ -12,9 +12,13 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // A deterministic simulation of whole rings: N replicas, each the real
@@ -30,9 +34,14 @@ import (
 // admitted within a bound, and that the ring switches its count within a
 // bound once no replica of its count runs.
 //
-// The executor here is the simulation's (sim.renew, sim.decide,
-// sim.progress mirror exec.go's, with each request answered at once or
-// lost): the simulation tests the decisions and the ledger, not the I/O.
+// Each replica is a real Replica and its loop: the machine's actions are
+// carried out by the executor (exec.go) and leaseIO (leases.go), whose
+// requests the simulated store answers (simIO), each at once or lost; the
+// loop's steps (decide, progress, the halves of a tick's renewal, leave)
+// are called as loop.go calls them, on the replica's clock. Not run: the
+// loop's select and timers (the simulation's events stand for them), the
+// watch's reflector (the store's changes are applied to the view as it
+// applies them), and sync (every held shard counts as filled at once).
 
 const (
 	simShards   = 8
@@ -52,19 +61,23 @@ const (
 	simSettle = simLease + simHandoff + 10*simRetry
 )
 
-// simRec is one Lease of the simulated store.
+// simRec is one Lease of the simulated store, as stored and as parsed.
 type simRec struct {
-	ref leaseRef
-	p   parsed
+	ref   leaseRef
+	p     parsed
+	lease *coordinationv1.Lease
 }
 
-// simStore is the Lease store: conditional updates and deletes by UID and
-// resourceVersion, creates that fail on an existing name, and a log of
-// changes that each replica's watch delivers.
+// simStore is the Lease store: it answers Create, Update, Delete and Get
+// as the API server does (fakeleases.Cases): UID and resourceVersion
+// preconditions, creates that fail on an existing name, create-on-update
+// of a missing Lease without a UID; and keeps a log of changes that each
+// replica's watch delivers.
 type simStore struct {
-	rv   int
-	recs map[string]simRec
-	log  []simChange
+	rv     int
+	recs   map[string]simRec
+	log    []simChange
+	parser *ringView // parses the Leases of the ring "sim"
 }
 
 type simChange struct {
@@ -75,30 +88,51 @@ type simChange struct {
 
 var simGR = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 
-func (s *simStore) put(name string, p parsed, cond *leaseRef) (leaseRef, error) {
+// The store's names of the ring's Leases.
+const simRingName = "sim-ring"
+
+func simMemberName(id string) string { return memberLeaseName("sim", id) }
+
+// simShardName is the store's name of shard i of a count.
+func simShardName(shards, i int) string { return shardLeaseName("sim", shards, i) }
+
+// put stores le, a Create (update false) or an Update, and returns it as
+// stored; the caller's object becomes the store's.
+func (s *simStore) put(le *coordinationv1.Lease, update bool) (*coordinationv1.Lease, error) {
+	name := le.Name
 	cur, ok := s.recs[name]
 	switch {
-	case cond == nil && ok:
-		return leaseRef{}, apierrors.NewAlreadyExists(simGR, name)
-	case cond != nil && (!ok || cur.ref != *cond):
-		return leaseRef{}, apierrors.NewConflict(simGR, name, fmt.Errorf("precondition"))
+	case !update && ok:
+		return nil, apierrors.NewAlreadyExists(simGR, name)
+	case !update && le.ResourceVersion != "":
+		return nil, apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
+	case update && le.UID != "" && (!ok || le.UID != cur.ref.uid):
+		return nil, apierrors.NewConflict(simGR, name, fmt.Errorf("precondition: UID"))
+	case update && ok && le.ResourceVersion == "":
+		return nil, apierrors.NewBadRequest("resourceVersion must be specified for an update")
+	case update && ok && le.ResourceVersion != cur.ref.rv:
+		return nil, apierrors.NewConflict(simGR, name, fmt.Errorf("precondition: resourceVersion"))
 	}
 	s.rv++
 	ref := leaseRef{uid: types.UID(name + "/" + strconv.Itoa(s.rv)), rv: strconv.Itoa(s.rv)}
 	if ok {
 		ref.uid = cur.ref.uid
 	}
-	s.recs[name] = simRec{ref: ref, p: p}
+	le.UID, le.ResourceVersion = ref.uid, ref.rv
+	p, _ := s.parser.parse(le)
+	s.recs[name] = simRec{ref: ref, p: p, lease: le}
 	s.log = append(s.log, simChange{p: p, ref: ref})
-	return ref, nil
+	return le, nil
 }
 
-func (s *simStore) del(name string, cond leaseRef) error {
+// del deletes the Lease name on the preconditions of o.
+func (s *simStore) del(name string, o metav1.DeleteOptions) error {
 	cur, ok := s.recs[name]
 	switch {
 	case !ok:
 		return apierrors.NewNotFound(simGR, name)
-	case cur.ref != cond:
+	case o.Preconditions != nil && o.Preconditions.UID != nil && *o.Preconditions.UID != cur.ref.uid,
+		o.Preconditions != nil && o.Preconditions.ResourceVersion != nil && *o.Preconditions.ResourceVersion != cur.ref.rv:
 		return apierrors.NewConflict(simGR, name, fmt.Errorf("precondition"))
 	}
 	s.rv++
@@ -107,17 +141,66 @@ func (s *simStore) del(name string, cond leaseRef) error {
 	return nil
 }
 
-// simReplica is one replica: its machine, ledger and view, and the
-// simulation's record of its process.
+// simIO is one replica's connection to the store (leaseAPI): each request
+// is counted (sent), lands unless the replica is cut off, and is answered
+// unless the draw loses the answer (reach).
+type simIO struct {
+	s  *sim
+	rp *simReplica
+}
+
+func (io simIO) Create(_ context.Context, le *coordinationv1.Lease, _ metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	return io.s.write(io.rp, le, false)
+}
+
+func (io simIO) Update(_ context.Context, le *coordinationv1.Lease, _ metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	return io.s.write(io.rp, le, true)
+}
+
+func (io simIO) Delete(_ context.Context, name string, o metav1.DeleteOptions) error {
+	s, rp := io.s, io.rp
+	s.sent(rp, name)
+	lands, answered := s.reach(rp)
+	if !lands {
+		return simTimeout
+	}
+	err := s.store.del(name, o)
+	s.changed()
+	if !answered {
+		return simTimeout
+	}
+	return err
+}
+
+func (io simIO) Get(_ context.Context, name string, _ metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if lands, answered := io.s.reach(io.rp); !lands || !answered {
+		return nil, simTimeout
+	}
+	cur, ok := io.s.store.recs[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(simGR, name)
+	}
+	return cur.lease, nil
+}
+
+// simNoQueue is the replicas' Queue: the simulation runs keys itself.
+type simNoQueue struct{}
+
+func (simNoQueue) Add(string)         {}
+func (simNoQueue) Remove(string) bool { return false }
+
+// simReplica is one replica: its loop (and through it the Replica, the
+// machine, the ledger and the view), and the simulation's record of its
+// process.
 type simReplica struct {
 	id      string
 	shards  int        // its Config.Shards: simShards or 2*simShards
 	rate    float64    // its clock's rate (simDrift)
 	rnd     *rand.Rand // its draws, apart from the others': a fault dropped perturbs less
-	m       machine
-	led     *ledger
-	ring    *ringView
-	member  leaseRef
+	l       *loop
+	m       *machine  // &l.m
+	led     *ledger   // &l.runs
+	ring    *ringView // l.ring
 	seen    int       // the store's log entries its watch delivered
 	watchAt time.Time // when its watch delivers next (FIFO)
 	cutOff  time.Time // partitioned until then
@@ -142,12 +225,7 @@ type simRun struct {
 
 // simAnswer is a membership write whose answer is on its way.
 type simAnswer struct {
-	st   sessionState
-	w    memberPut
-	p    parsed
-	sent time.Time
-	ref  leaseRef
-	err  error
+	r    renewal
 	tick bool // the write of a tick (else of the leave)
 }
 
@@ -221,8 +299,9 @@ type sim struct {
 
 func newSim(seed uint64) *sim {
 	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, count: simShards, reps: make(map[string]*simReplica),
-		store: simStore{recs: make(map[string]simRec)}}
-	_, _ = s.store.put("ring", parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: simShards, field: FieldUID}}}, nil)
+		store: simStore{recs: make(map[string]simRec), parser: newRingView("sim", simShards)}}
+	io := leaseIO{namespace: "ns", ring: "sim", shards: simShards, field: FieldUID}
+	_, _ = s.store.put(io.ringLease(simShards, 0, 0, t0), false)
 	return s
 }
 
@@ -245,10 +324,19 @@ func (s *sim) start(id string, shards int) {
 	}
 	s.next = max(s.next, n+1)
 	rnd := rand.New(rand.NewPCG(s.seed, 0x5eed+uint64(n)))
-	rp := &simReplica{id: id, shards: shards, rnd: rnd, rate: 1 + simDrift*(2*rnd.Float64()-1), led: &ledger{}, ring: newRingView("sim", shards),
-		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: shards, field: FieldUID},
-			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace})}
-	rp.led.init(shards)
+	rp := &simReplica{id: id, shards: shards, rnd: rnd, rate: 1 + simDrift*(2*rnd.Float64()-1)}
+	r, err := New(Config{Client: &fake.Clientset{}, Namespace: "ns", Name: "sim", Identity: id, Object: &corev1.ConfigMap{},
+		Queue: simNoQueue{}, Shards: shards, Field: FieldUID, LeaseDuration: simLease, RenewDeadline: simRenew,
+		RetryPeriod: simRetry, GracePeriod: simGrace, HandoffTimeout: simHandoff})
+	if err != nil {
+		panic(err)
+	}
+	clock := func() time.Time { return s.clock(rp) }
+	r.now, r.ring.now, r.io.api = clock, clock, simIO{s, rp}
+	rp.l = newLoop(r)
+	rp.l.newSession = func() string { return fmt.Sprintf("%s-%d", rp.id, s.seq) }
+	rp.l.expireAt = func(deadline time.Time) { s.expireAt(rp, deadline) }
+	rp.m, rp.led, rp.ring = &rp.l.m, &r.runs, r.ring
 	s.reps[id] = rp
 	s.order = append(s.order, id)
 	s.list = append(s.list, rp)
@@ -295,18 +383,31 @@ func (s *sim) faulty() bool {
 
 var simTimeout = apierrors.NewTimeoutError("lost", 1)
 
-func (s *sim) write(rp *simReplica, name string, p parsed, cond *leaseRef) (leaseRef, error) {
-	s.sent(rp, name)
+// write is a Create or an Update of le by rp.
+func (s *sim) write(rp *simReplica, le *coordinationv1.Lease, update bool) (*coordinationv1.Lease, error) {
+	s.sent(rp, le.Name)
 	lands, answered := s.reach(rp)
 	if !lands {
-		return leaseRef{}, simTimeout
+		return nil, simTimeout
 	}
-	ref, err := s.store.put(name, p, cond)
+	var was parsed
+	if cur, ok := s.store.recs[le.Name]; ok {
+		was = cur.p
+	}
+	out, err := s.store.put(le, update)
 	if err == nil && !answered {
-		return leaseRef{}, simTimeout
+		return nil, simTimeout
+	}
+	if err == nil { // check (c): a release, or the ring's Lease, frees ranges
+		switch p := s.store.recs[le.Name].p; {
+		case p.ring:
+			s.freed(0, simUnits)
+		case p.shard >= 0 && was.s.holder == rp.id && p.s.holder == "" && p.count == rp.shards:
+			s.freed(rp.units(p.shard))
+		}
 	}
 	s.changed()
-	return ref, err
+	return out, err
 }
 
 // changed schedules every live replica's watch to deliver the log so far.
@@ -346,14 +447,6 @@ func (s *sim) deliver(rp *simReplica, upTo int) {
 	g.mu.Unlock()
 }
 
-// apply applies our own write's answer to rp's view at once, as upsert does.
-func (s *sim) apply(rp *simReplica, p parsed, ref leaseRef) {
-	p.m.ref, p.s.ref, p.r.ref = ref, ref, ref
-	rp.ring.mu.Lock()
-	rp.ring.setLocked(p, s.clock(rp))
-	rp.ring.mu.Unlock()
-}
-
 // simQuiet is when the write bound starts to hold: the faults have
 // stopped a minute ago and the ring has had simSettle more to settle.
 const simQuiet = simFaultFor + time.Minute + simSettle
@@ -375,7 +468,7 @@ func (s *sim) sent(rp *simReplica, name string) {
 		s.writes = make(map[string][2]int)
 	}
 	w := s.writes[rp.id]
-	if strings.HasPrefix(name, "member-") {
+	if strings.HasPrefix(name, "sim-member-") {
 		w[0]++
 	} else {
 		w[1]++ // a shard Lease, or the ring's
@@ -386,179 +479,57 @@ func (s *sim) sent(rp *simReplica, name string) {
 // ids returns every replica's identity, in order of start (and of name).
 func (s *sim) ids() []string { return s.order }
 
-// renew mirrors exec.go's renew: it sends the membership write, whose
-// answer (answer) comes after a delay drawn from the seed, sometimes
-// longer than RenewDeadline.
+// renew sends rp's membership write (loop.sendRenewal), whose answer
+// (answer) comes after a delay drawn from the seed, sometimes longer than
+// RenewDeadline.
 func (s *sim) renew(rp *simReplica, tick bool) bool {
-	st := rp.led.status()
-	w, ok := rp.m.renewal(st, s.clock(rp), fmt.Sprintf("%s-%d", rp.id, s.seq))
+	r, ok := rp.l.sendRenewal(context.Background())
 	if !ok {
 		return false
 	}
-	p := parsed{member: rp.id, shard: -1, m: memberInfo{session: w.session, confirmed: !w.start.Equal(w.now),
-		conf: ringConf{shards: rp.shards, field: FieldUID}, synced: slices.Clone(w.mark.synced), leaving: w.mark.leaving}}
-	var cond *leaseRef
-	if rp.member.known() {
-		c := rp.member
-		cond = &c
-	}
-	ref, err := s.write(rp, "member-"+rp.id, p, cond)
 	d := time.Duration(rp.rnd.Int64N(int64(100 * time.Millisecond)))
 	if s.faulty() && rp.rnd.IntN(30) == 0 {
 		d = time.Duration(rp.rnd.Int64N(int64(2 * simRenew))) // a slow answer
 	}
 	if dl := s.span(rp, simRenew); d > dl {
-		d, err = dl, simTimeout // the request's context ends at RenewDeadline
+		d, r.out, r.err = dl, nil, simTimeout // the request's context ends at RenewDeadline
 	}
-	rp.pending = &simAnswer{st: st, w: w, p: p, sent: s.clock(rp), ref: ref, err: err, tick: tick}
+	rp.pending = &simAnswer{r: r, tick: tick}
 	s.at(d, "answer", rp.id)
 	return true
 }
 
-// answer applies the answer of rp's membership write in flight.
+// answer applies the answer of rp's membership write in flight
+// (loop.renewed).
 func (s *sim) answer(rp *simReplica) {
 	pa := rp.pending
 	rp.pending = nil
-	if pa.err != nil {
-		gone := false
-		switch afterMemberError(pa.err) {
-		case memberGone:
-			rp.member, gone = leaseRef{}, true
-		case memberRead:
-			if lands, answered := s.reach(rp); lands && answered {
-				cur, ok := s.store.recs["member-"+rp.id]
-				switch {
-				case !ok:
-					rp.member, gone = leaseRef{}, true
-				case rp.member.known() && cur.ref.uid != rp.member.uid:
-					rp.member, gone = cur.ref, true
-				default:
-					rp.member = cur.ref
-				}
-			}
-		}
-		if gone && pa.st.alive {
-			rp.led.lose(true, s.clock(rp))
-		}
-		return
-	}
-	rp.member = pa.ref
-	s.apply(rp, pa.p, pa.ref)
-	switch rp.led.answered(sentWrite{at: pa.sent, wasAlive: pa.st.alive, session: pa.w.session}, s.clock(rp), simRenew) {
-	case answerIgnored:
-		return
-	case answerJoined:
-		rp.m.joined(pa.w)
-	}
-	late := time.Duration(0) // the expire timer, which may fire late
+	rp.l.renewed(context.Background(), pa.r)
+}
+
+// expireAt is rp's expire timer, set for deadline on its clock; it may
+// fire late.
+func (s *sim) expireAt(rp *simReplica, deadline time.Time) {
+	late := time.Duration(0)
 	if rp.rnd.IntN(10) == 0 {
 		late = time.Duration(rp.rnd.Int64N(int64(time.Second)))
 	}
 	s.seq++
-	heap.Push(&s.q, simEvent{at: s.real(rp, pa.sent.Add(simRenew+late)), seq: s.seq, kind: "expire", id: rp.id})
+	heap.Push(&s.q, simEvent{at: s.real(rp, deadline.Add(late)), seq: s.seq, kind: "expire", id: rp.id})
 }
 
-// decide mirrors loop.go's decide and exec.go's carryOut.
+// decide is loop.decide; a refusal of the ring is a violation.
 func (s *sim) decide(rp *simReplica, tick bool) {
-	var v view
-	rp.ring.snapshot(&v)
-	fence, refuse := rp.m.check(&v, s.clock(rp))
-	if refuse != nil {
-		s.violated = "refused: " + refuse.Error()
-		return
-	}
-	for _, w := range fence {
-		s.sent(rp, "member-"+w.id)
-		lands, answered := s.reach(rp)
-		var err error = simTimeout
-		if lands {
-			err = s.store.del("member-"+w.id, w.ref)
-			s.changed()
-			if !answered {
-				err = simTimeout
-			}
-		}
-		if err == nil || apierrors.IsNotFound(err) {
-			v.dropMember(w.id)
-			rp.ring.forget(w.id, w.ref)
-			continue
-		}
-		rp.m.fenceFailed(w)
-	}
-	if !rp.led.adopt(&v, rp.id, rp.m.tried.unknown, s.clock(rp)) {
-		rp.led.lose(true, s.clock(rp))
-		return
-	}
-	active, _ := rp.led.states()
-	a := rp.m.Step(observation{now: s.clock(rp), tick: tick, v: &v, session: rp.led.status(), active: active})
-	if w := a.ringWrite; w != nil {
-		p := parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: w.shards, field: FieldUID}, gen: w.gen, target: w.target}}
-		ref := w.ref
-		out, err := s.write(rp, "ring", p, &ref)
-		if err != nil {
-			rp.m.ringFailed(*w)
-		} else {
-			s.apply(rp, p, out)
-			s.freed(0, simUnits)
-		}
-	}
-	for _, w := range a.seal {
-		p := parsed{shard: w.k.i, count: w.k.shards, s: shardInfo{exists: true, transitions: w.s.transitions,
-			conf: ringConf{shards: w.k.shards, field: FieldUID}, sealed: true, sealedGen: w.gen}}
-		var cond *leaseRef
-		if w.s.exists {
-			c := w.s.ref
-			cond = &c
-		}
-		out, err := s.write(rp, simShardName(w.k.shards, w.k.i), p, cond)
-		if err != nil {
-			rp.m.sealFailed(w)
-			continue
-		}
-		s.apply(rp, p, out)
-	}
-	if len(a.drain) > 0 {
-		rp.led.drain(a.drain, a.graceEnd)
-	}
-	for _, w := range a.acquire {
-		p := parsed{shard: w.i, count: rp.shards, s: shardInfo{exists: true, holder: rp.id, session: w.session,
-			transitions: w.s.transitions + 1, conf: ringConf{shards: rp.shards, field: FieldUID}}}
-		var cond *leaseRef
-		if w.s.exists {
-			c := w.s.ref
-			cond = &c
-		}
-		ref, err := s.write(rp, simShardName(rp.shards, w.i), p, cond)
-		if err != nil {
-			rp.m.acquireFailed(w, !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err))
-			continue
-		}
-		s.apply(rp, p, ref)
-		rp.led.acquired(w.i, w.session)
+	rp.l.decide(context.Background(), tick)
+	if err := rp.l.stopErr; err != nil {
+		s.violated = "refused: " + err.Error()
 	}
 }
 
-// progress mirrors exec.go's progress, and marks every held shard filled.
+// progress is loop.progress, then marks every held shard filled (in
+// place of sync).
 func (s *sim) progress(rp *simReplica) {
-	release, session, _ := rp.led.drainScan(s.clock(rp))
-	ds := make([]drained, len(release))
-	for k, i := range release {
-		ds[k] = drained{i: i, s: rp.ring.shard(i)}
-	}
-	for _, w := range rp.m.releases(ds, session, rp.ring.ringInfo()) {
-		p := parsed{shard: w.i, count: rp.shards, s: shardInfo{exists: true, next: w.next, conf: ringConf{shards: rp.shards, field: FieldUID},
-			sealed: w.seal >= 0, sealedGen: max(w.seal, 0)}}
-		ref := w.ref
-		out, err := s.write(rp, simShardName(rp.shards, w.i), p, &ref)
-		if err != nil {
-			rp.m.releaseFailed(w)
-			continue
-		}
-		s.apply(rp, p, out)
-		rp.led.released(w.i)
-		s.freed(rp.units(w.i))
-		rp.m.releaseDone(w.i)
-	}
+	rp.l.progress(context.Background())
 	filled := make([]bool, rp.shards)
 	for _, i := range rp.led.held() {
 		filled[i] = true
@@ -665,11 +636,6 @@ type simFault struct {
 	id     string
 	d      time.Duration
 	shards int
-}
-
-// simShardName is the store's name of shard i of a count.
-func simShardName(shards, i int) string {
-	return "shard-" + strconv.Itoa(shards) + "-" + strconv.Itoa(i)
 }
 
 // simRoll is a rollout in progress: the replicas it replaces, in order,
@@ -830,8 +796,7 @@ func (s *sim) applyFault(f simFault) bool {
 // leave starts rp's graceful leave.
 func (s *sim) leave(rp *simReplica) {
 	rp.leaving = true
-	rp.m.leaveAt = s.clock(rp)
-	rp.led.leave()
+	rp.l.startLeave()
 	if rp.pending == nil {
 		s.renew(rp, false)
 	}
@@ -840,7 +805,7 @@ func (s *sim) leave(rp *simReplica) {
 // otherCount is the shard count that is not the ring's now (of the two
 // the simulation runs).
 func (s *sim) otherCount() int {
-	if s.store.recs["ring"].p.r.conf.shards == simShards {
+	if s.store.recs[simRingName].p.r.conf.shards == simShards {
 		return 2 * simShards
 	}
 	return simShards
@@ -899,8 +864,8 @@ func (s *sim) run(d time.Duration) string {
 			}
 		case "expire":
 			rp := s.reps[e.id]
-			if !rp.dead && rp.led.alive && !s.clock(rp).Before(rp.led.deadline) {
-				rp.led.lose(false, s.clock(rp))
+			if !rp.dead {
+				rp.l.lose(false) // the expire timer's call
 			}
 		case "runend":
 			id, n, _ := cutLast(e.id)
@@ -933,9 +898,8 @@ func (s *sim) run(d time.Duration) string {
 				continue // the answer's event ticks again
 			}
 			rp.nextTick = s.now.Add(s.span(rp, simRetry+time.Duration(rp.rnd.Int64N(int64(jitterMax(simRetry, simRenew))+1))))
-			if rp.led.alive && !s.clock(rp).Before(rp.led.deadline) {
-				rp.led.lose(false, s.clock(rp)) // the expire timer
-			}
+			rp.l.lose(false) // the expire timer, if due
+
 			rp.m.newTick()
 			if s.renew(rp, true) {
 				continue // decides once the answer is in
@@ -992,7 +956,7 @@ const simSwitchBound = simLease + settledTicks*simRetry + 2*simGrace + simStop +
 // simSwitchBound (checked once the faults stopped, or from the start in a
 // calm scenario).
 func (s *sim) checkSwitch() {
-	ri := s.store.recs["ring"].p.r
+	ri := s.store.recs[simRingName].p.r
 	if ri.conf.shards != s.count {
 		s.count = ri.conf.shards
 		s.switches++
@@ -1071,15 +1035,11 @@ func (s *sim) checkMoves(admitted *[simUnits]int) {
 // after ends a tick: a leaver whose shards are all released deletes its
 // membership Lease and stops; the others tick again at nextTick.
 func (s *sim) after(rp *simReplica) {
-	if rp.leaving && !rp.led.busy() {
-		rp.led.lose(true, s.clock(rp))
-		s.sent(rp, "member-"+rp.id)
-		if lands, _ := s.reach(rp); lands && rp.member.known() {
-			_ = s.store.del("member-"+rp.id, rp.member)
-			s.changed()
+	if rp.leaving {
+		if done, _ := rp.l.leaveDone(context.Background()); done {
+			rp.dead = true // Run returns
+			return
 		}
-		rp.dead = true
-		return
 	}
 	s.seq++
 	at := rp.nextTick
@@ -1091,9 +1051,7 @@ func (s *sim) after(rp *simReplica) {
 
 // step is one decision of rp, as the loop takes it after an event.
 func (s *sim) step(rp *simReplica, tick bool) {
-	if rp.led.alive && !s.clock(rp).Before(rp.led.deadline) {
-		rp.led.lose(false, s.clock(rp))
-	}
+	rp.l.lose(false) // the expire timer, if due
 	s.decide(rp, tick)
 	s.progress(rp)
 	s.startRuns(rp)
@@ -1217,7 +1175,7 @@ func join(lines []string) string {
 // dump describes the store and every replica, for a failure.
 func (s *sim) dump() string {
 	out := ""
-	ri := s.store.recs["ring"].p.r
+	ri := s.store.recs[simRingName].p.r
 	out += fmt.Sprintf("  ring: shards %d generation %d target %d\n", ri.conf.shards, ri.gen, ri.target)
 	for i := range ri.conf.shards {
 		r := s.store.recs[simShardName(ri.conf.shards, i)]
@@ -1225,7 +1183,7 @@ func (s *sim) dump() string {
 	}
 	for _, id := range s.ids() {
 		rp := s.reps[id]
-		m, ok := s.store.recs["member-"+id]
+		m, ok := s.store.recs[simMemberName(id)]
 		active, draining := rp.led.states()
 		out += fmt.Sprintf("  %s (Shards %d): dead %v leaving %v alive %v session %q deadline %v active %v draining %v aliveFor %d; lease %v %q confirmed %v; cutOff %v\n",
 			id, rp.shards, rp.dead, rp.leaving, rp.led.alive, rp.led.session, rp.led.deadline.Sub(t0), active, draining, rp.m.aliveFor, ok, m.p.m.session, m.p.m.confirmed, rp.cutOff.Sub(t0))
