@@ -94,16 +94,17 @@ func (g *ringView) consume() {
 
 // snapshot copies the view into v, reusing v's storage.
 func (g *ringView) snapshot(v *view) {
-	if v.members == nil {
-		v.members = make(map[string]memberInfo)
+	if v.members == nil || v.others == nil {
+		v.members, v.others = make(map[string]memberInfo), make(map[shardKey]shardInfo)
 	}
 	clear(v.members)
+	clear(v.others)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	maps.Copy(v.members, g.members)
 	v.shards = append(v.shards[:0], g.shards...)
 	v.ringLease = g.ringLease
-	v.others = maps.Clone(g.others)
+	maps.Copy(v.others, g.others)
 }
 
 func (g *ringView) poke() {

@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"os"
+	"runtime/debug"
 	"strconv"
 	"testing"
 	"time"
@@ -50,6 +51,7 @@ var simCountScenarios = []struct {
 // count faults and rollouts drawn among them (SHARDING_SIM_COUNT_SEEDS,
 // default 10).
 func TestSimCount(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(simGC))
 	start, events := time.Now(), 0
 	for _, sc := range simCountScenarios {
 		for seed := range uint64(2) {

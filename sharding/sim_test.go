@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,23 +235,59 @@ type simEvent struct {
 	seq  int
 	kind string // tick, deliver, fault
 	id   string
+	n    int // deliver: the log's length to deliver; runend: the run's number
 }
 
-type simQueue []simEvent
+// simQueue is the events in order of time, then of seq: a heap of slots
+// without pointers (cheap to move, nothing for the collector to scan)
+// that name the events, kept apart.
+type simQueue struct {
+	h    simHeap
+	evs  []simEvent
+	free []int32
+}
 
-func (q simQueue) Len() int { return len(q) }
-func (q simQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
+type simSlot struct {
+	at  int64 // e.at.UnixNano()
+	seq int
+	i   int32 // in evs
+}
+
+func (q *simQueue) Len() int { return len(q.h) }
+
+func (q *simQueue) push(e simEvent) {
+	var i int32
+	if n := len(q.free); n > 0 {
+		i, q.free = q.free[n-1], q.free[:n-1]
+		q.evs[i] = e
+	} else {
+		i = int32(len(q.evs))
+		q.evs = append(q.evs, e)
 	}
-	return q[i].seq < q[j].seq
+	heap.Push(&q.h, simSlot{at: e.at.UnixNano(), seq: e.seq, i: i})
 }
-func (q simQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *simQueue) Push(x any)   { *q = append(*q, x.(simEvent)) }
-func (q *simQueue) Pop() any {
-	old := *q
+
+func (q *simQueue) pop() simEvent {
+	sl := heap.Pop(&q.h).(simSlot)
+	q.free = append(q.free, sl.i)
+	return q.evs[sl.i]
+}
+
+type simHeap []simSlot
+
+func (h simHeap) Len() int { return len(h) }
+func (h simHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h simHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *simHeap) Push(x any)   { *h = append(*h, x.(simSlot)) }
+func (h *simHeap) Pop() any {
+	old := *h
 	e := old[len(old)-1]
-	*q = old[:len(old)-1]
+	*h = old[:len(old)-1]
 	return e
 }
 
@@ -307,7 +344,7 @@ func newSim(seed uint64) *sim {
 
 func (s *sim) at(d time.Duration, kind, id string) {
 	s.seq++
-	heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: s.seq, kind: kind, id: id})
+	s.q.push(simEvent{at: s.now.Add(d), seq: s.seq, kind: kind, id: id})
 }
 
 // start starts a replica: the next identity, or id (a join replayed,
@@ -427,24 +464,31 @@ func (s *sim) changed() {
 		}
 		rp.watchAt = at
 		s.seq++
-		heap.Push(&s.q, simEvent{at: at, seq: s.seq, kind: "deliver", id: id + "@" + strconv.Itoa(len(s.store.log))})
+		s.q.push(simEvent{at: at, seq: s.seq, kind: "deliver", id: id, n: len(s.store.log)})
 	}
 }
 
+// deliver applies the store's changes up to upTo to rp's view, as its
+// watch's reflector does (ringView's Add, Update and Delete): a change that
+// can alter a decision pokes the loop.
 func (s *sim) deliver(rp *simReplica, upTo int) {
 	g := rp.ring
+	changed := false
 	g.mu.Lock()
 	for ; rp.seen < upTo; rp.seen++ {
 		c := s.store.log[rp.seen]
 		if c.deleted {
-			g.removeLocked(c.p, c.ref)
+			changed = g.removeLocked(c.p, c.ref) || changed
 			continue
 		}
 		p := c.p
 		p.m.ref, p.s.ref, p.r.ref = c.ref, c.ref, c.ref
-		g.setLocked(p, s.clock(rp))
+		changed = g.setLocked(p, s.clock(rp)) || changed
 	}
 	g.mu.Unlock()
+	if changed {
+		g.poke()
+	}
 }
 
 // simQuiet is when the write bound starts to hold: the faults have
@@ -515,12 +559,19 @@ func (s *sim) expireAt(rp *simReplica, deadline time.Time) {
 		late = time.Duration(rp.rnd.Int64N(int64(time.Second)))
 	}
 	s.seq++
-	heap.Push(&s.q, simEvent{at: s.real(rp, deadline.Add(late)), seq: s.seq, kind: "expire", id: rp.id})
+	s.q.push(simEvent{at: s.real(rp, deadline.Add(late)), seq: s.seq, kind: "expire", id: rp.id})
 }
 
-// decide is loop.decide; a refusal of the ring is a violation.
+// decide is loop.decide at a tick, and loop.react otherwise: it decides
+// if the view changed since the last decision (a poke pending) or a
+// fence or a planned move's bound is due. A refusal of the ring is a
+// violation.
 func (s *sim) decide(rp *simReplica, tick bool) {
-	rp.l.decide(context.Background(), tick)
+	if tick {
+		rp.l.decide(context.Background(), true)
+	} else {
+		rp.l.react(context.Background(), s.clock(rp), len(rp.ring.changed) > 0)
+	}
 	if err := rp.l.stopErr; err != nil {
 		s.violated = "refused: " + err.Error()
 	}
@@ -841,7 +892,7 @@ func (s *sim) run(d time.Duration) string {
 	end := t0.Add(d)
 	var unsettledSince time.Time
 	for s.q.Len() > 0 && s.violated == "" {
-		e := heap.Pop(&s.q).(simEvent)
+		e := s.q.pop()
 		if e.at.After(end) {
 			break
 		}
@@ -855,7 +906,7 @@ func (s *sim) run(d time.Duration) string {
 				s.rollStep()
 			}
 		case "deliver":
-			id, n, _ := cutLast(e.id)
+			id, n := e.id, e.n
 			if rp := s.reps[id]; !rp.dead {
 				s.deliver(rp, n)
 				if rp.pending == nil {
@@ -868,7 +919,7 @@ func (s *sim) run(d time.Duration) string {
 				rp.l.lose(false) // the expire timer's call
 			}
 		case "runend":
-			id, n, _ := cutLast(e.id)
+			id, n := e.id, e.n
 			rp := s.reps[id]
 			k := slices.IndexFunc(rp.runs, func(r simRun) bool { return r.n == n })
 			if k >= 0 && !rp.dead {
@@ -1046,7 +1097,7 @@ func (s *sim) after(rp *simReplica) {
 	if at.Before(s.now) {
 		at = s.now
 	}
-	heap.Push(&s.q, simEvent{at: at, seq: s.seq, kind: "tick", id: rp.id})
+	s.q.push(simEvent{at: at, seq: s.seq, kind: "tick", id: rp.id})
 }
 
 // step is one decision of rp, as the loop takes it after an event.
@@ -1075,7 +1126,7 @@ func (s *sim) startRuns(rp *simReplica) {
 		if rp.rnd.IntN(10) == 0 {
 			d = simGrace + time.Duration(rp.rnd.Int64N(int64(simGrace)))
 		}
-		heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: rp.id + "@" + strconv.Itoa(n)})
+		s.q.push(simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: rp.id, n: n})
 	}
 }
 
@@ -1099,20 +1150,15 @@ func (s *sim) cancelled() {
 				d = s.ignore
 			}
 			s.seq++
-			heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: id + "@" + strconv.Itoa(n)})
+			s.q.push(simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: id, n: n})
 		}
 	}
 }
 
-func cutLast(s string) (string, int, bool) {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '@' {
-			n, err := strconv.Atoi(s[i+1:])
-			return s[:i], n, err == nil
-		}
-	}
-	return s, 0, false
-}
+// simGC is the garbage collector's target while the simulation runs: a
+// seed's garbage is small and short-lived, and collecting it less often
+// saves a good part of the simulation's time (docs/measured.md).
+const simGC = 800
 
 // simRingMinutes is the simulated time of one seed's run.
 const simRingMinutes = simFaultFor + 3*time.Minute
@@ -1127,6 +1173,7 @@ func TestSimRing(t *testing.T) {
 		seeds, budget = ^uint64(0), time.Duration(v)*time.Second
 	}
 	from, _ := strconv.ParseUint(os.Getenv("SHARDING_SIM_FROM"), 10, 64)
+	defer debug.SetGCPercent(debug.SetGCPercent(simGC))
 	start := time.Now()
 	events, n := 0, 0
 	for seed := from; seed-from < seeds; seed++ {
@@ -1349,6 +1396,7 @@ func TestSimCases(t *testing.T) {
 // and checks that a plan replayed whole fails as drawn and that shrinking
 // leaves a shorter plan that still fails the same way.
 func TestSimShrink(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(simGC))
 	const ignore = 2 * simLease
 	for seed := uint64(0); seed < 20; seed++ {
 		s := newSim(seed)
