@@ -214,6 +214,15 @@ type simReplica struct {
 	nextTick time.Time
 	// runs in flight, in order of number (of start).
 	runs []simRun
+	// The checks' record of it (occupancy): the units it admits (adm)
+	// and admits or runs (mine), valid while not dirty and until
+	// admUntil (simulated time: its session's deadline). Only an event of
+	// its own (or a fault) changes its ledger and runs, so only such an
+	// event makes it dirty; time alone only ends its admission, at
+	// admUntil.
+	dirty     bool
+	adm, mine uint32
+	admUntil  time.Time
 }
 
 // simRun is a run in flight: its number, its ticket, and whether its
@@ -600,6 +609,12 @@ func (rp *simReplica) units(i int) (lo, hi int) {
 	return i * w, (i + 1) * w
 }
 
+// unitMask is the units shard i of rp's count covers, as bits.
+func (rp *simReplica) unitMask(i int) uint32 {
+	lo, hi := rp.units(i)
+	return (1<<(hi-lo) - 1) << lo
+}
+
 // occupancy counts, for each unit of the hash space, the live replicas
 // that admit a shard covering it now, and those that admit or run one.
 func (s *sim) occupancy() (admitted, occupied [simUnits]int) {
@@ -607,32 +622,37 @@ func (s *sim) occupancy() (admitted, occupied [simUnits]int) {
 		if rp.dead {
 			continue
 		}
-		var mine [simUnits]bool
-		now := s.clock(rp)
-		rp.led.mu.Lock()
-		for i := range rp.shards {
-			if rp.led.admitsLocked(i, now) {
-				lo, hi := rp.units(i)
-				for u := lo; u < hi; u++ {
-					admitted[u]++
-					mine[u] = true
-				}
-			}
+		if rp.dirty || !s.now.Before(rp.admUntil) {
+			s.admits(rp)
 		}
-		rp.led.mu.Unlock()
-		for _, r := range rp.runs {
-			lo, hi := rp.units(r.tk.shard)
-			for u := lo; u < hi; u++ {
-				mine[u] = true
-			}
-		}
-		for u, m := range mine {
-			if m {
-				occupied[u]++
-			}
+		adm, mine := rp.adm, rp.mine
+		for u := 0; mine != 0; u, adm, mine = u+1, adm>>1, mine>>1 {
+			admitted[u] += int(adm & 1)
+			occupied[u] += int(mine & 1)
 		}
 	}
 	return admitted, occupied
+}
+
+// admits records the units rp admits, and admits or runs, now.
+func (s *sim) admits(rp *simReplica) {
+	rp.dirty, rp.adm, rp.admUntil = false, 0, t0.Add(1<<62)
+	now := s.clock(rp)
+	b := rp.led
+	b.mu.Lock()
+	if b.alive && now.Before(b.deadline) { // else it admits nothing until an event of its own
+		for i := range rp.shards {
+			if b.admitsLocked(i, now) {
+				rp.adm |= rp.unitMask(i)
+			}
+		}
+		rp.admUntil = s.real(rp, b.deadline).Add(-time.Nanosecond) // rounded down: recomputed early, never late
+	}
+	b.mu.Unlock()
+	rp.mine = rp.adm
+	for _, r := range rp.runs {
+		rp.mine |= rp.unitMask(r.tk.shard)
+	}
 }
 
 // admitters returns, for each unit, the live replicas that admit a shard
@@ -898,6 +918,13 @@ func (s *sim) run(d time.Duration) string {
 		}
 		s.now = e.at
 		s.events++
+		if rp := s.reps[e.id]; rp != nil {
+			rp.dirty = true
+		} else { // a fault, or a rollout's step
+			for _, rp := range s.list {
+				rp.dirty = true
+			}
+		}
 		switch e.kind {
 		case "fault":
 			s.fault()
@@ -1134,6 +1161,9 @@ func (s *sim) startRuns(rp *simReplica) {
 // mostly within 300 ms, sometimes up to s.stop.
 func (s *sim) cancelled() {
 	for _, rp := range s.list {
+		if !rp.dirty { // no run of it was cancelled since its last event
+			continue
+		}
 		id := rp.id
 		for k := range rp.runs { // the draws in order of start
 			r := &rp.runs[k]
