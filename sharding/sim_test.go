@@ -382,6 +382,7 @@ func (s *sim) start(id string, shards int) {
 	rp.l = newLoop(r)
 	rp.l.newSession = func() string { return fmt.Sprintf("%s-%d", rp.id, s.seq) }
 	rp.l.expireAt = func(deadline time.Time) { s.expireAt(rp, deadline) }
+	rp.l.jitter = rand.New(rand.NewPCG(s.seed, 0x717+uint64(n))) // the period's jitter (loop.period), from the seed
 	rp.m, rp.led, rp.ring = &rp.l.m, &r.runs, r.ring
 	s.reps[id] = rp
 	s.order = append(s.order, id)
@@ -975,7 +976,7 @@ func (s *sim) run(d time.Duration) string {
 			if rp.pending != nil {
 				continue // the answer's event ticks again
 			}
-			rp.nextTick = s.now.Add(s.span(rp, simRetry+time.Duration(rp.rnd.Int64N(int64(jitterMax(simRetry, simRenew))+1))))
+			rp.nextTick = s.now.Add(s.span(rp, rp.l.period())) // RetryPeriod and its jitter, on its clock
 			rp.l.lose(false) // the expire timer, if due
 
 			rp.m.newTick()
