@@ -404,9 +404,15 @@ func (s *sim) clock(rp *simReplica) time.Time {
 	return t0.Add(time.Duration(float64(s.now.Sub(t0)) * rp.rate))
 }
 
-// real is the simulation's time when rp's clock reads at.
+// real is the simulation's time when rp's clock reads at: the first
+// instant it reads at or later (the conversions round, and a timer set
+// for at must find its clock there when it fires).
 func (s *sim) real(rp *simReplica, at time.Time) time.Time {
-	return t0.Add(time.Duration(float64(at.Sub(t0)) / rp.rate))
+	t := t0.Add(time.Duration(float64(at.Sub(t0)) / rp.rate))
+	for t0.Add(time.Duration(float64(t.Sub(t0))*rp.rate)).Before(at) {
+		t = t.Add(time.Nanosecond)
+	}
+	return t
 }
 
 // span is how long d on rp's clock takes.
