@@ -409,7 +409,7 @@ func (s *sim) clock(rp *simReplica) time.Time {
 // for at must find its clock there when it fires).
 func (s *sim) real(rp *simReplica, at time.Time) time.Time {
 	t := t0.Add(time.Duration(float64(at.Sub(t0)) / rp.rate))
-	for t0.Add(time.Duration(float64(t.Sub(t0))*rp.rate)).Before(at) {
+	for t0.Add(time.Duration(float64(t.Sub(t0)) * rp.rate)).Before(at) {
 		t = t.Add(time.Nanosecond)
 	}
 	return t
@@ -983,7 +983,7 @@ func (s *sim) run(d time.Duration) string {
 				continue // the answer's event ticks again
 			}
 			rp.nextTick = s.now.Add(s.span(rp, rp.l.period())) // RetryPeriod and its jitter, on its clock
-			rp.l.lose(false) // the expire timer, if due
+			rp.l.lose(false)                                   // the expire timer, if due
 
 			rp.m.newTick()
 			if s.renew(rp, true) {
