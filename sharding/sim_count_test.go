@@ -71,7 +71,7 @@ func TestSimCount(t *testing.T) {
 	start, events = time.Now(), 0
 	seeds, _ := strconv.ParseUint(os.Getenv("SHARDING_SIM_COUNT_SEEDS"), 10, 64)
 	if seeds == 0 {
-		seeds = 10
+		seeds = 20
 	}
 	switches := 0
 	for _, seed := range simCountSeeds(seeds) {

@@ -79,6 +79,10 @@ type simStore struct {
 	recs   map[string]simRec
 	log    []simChange
 	parser *ringView // parses the Leases of the ring "sim"
+	// ended are the sessions whose membership Lease was deleted; revived
+	// names the first written again (a session never comes back).
+	ended   map[string]bool
+	revived string
 }
 
 type simChange struct {
@@ -121,6 +125,9 @@ func (s *simStore) put(le *coordinationv1.Lease, update bool) (*coordinationv1.L
 	}
 	le.UID, le.ResourceVersion = ref.uid, ref.rv
 	p, _ := s.parser.parse(le)
+	if p.member != "" && s.ended[p.m.session] && s.revived == "" {
+		s.revived = fmt.Sprintf("session %s of %s written again after its membership Lease was deleted", p.m.session, p.member)
+	}
 	s.recs[name] = simRec{ref: ref, p: p, lease: le}
 	s.log = append(s.log, simChange{p: p, ref: ref})
 	return le, nil
@@ -137,6 +144,9 @@ func (s *simStore) del(name string, o metav1.DeleteOptions) error {
 		return apierrors.NewConflict(simGR, name, fmt.Errorf("precondition"))
 	}
 	s.rv++
+	if cur.p.member != "" {
+		s.ended[cur.p.m.session] = true
+	}
 	delete(s.recs, name)
 	s.log = append(s.log, simChange{p: cur.p, ref: leaseRef{rv: strconv.Itoa(s.rv)}, deleted: true})
 	return nil
@@ -210,7 +220,11 @@ type simReplica struct {
 	// A membership write in flight: its answer comes at answerAt (the
 	// loop waits for it, deciding nothing meanwhile); nextTick is when the
 	// tick after it is due.
-	pending  *simAnswer
+	pending *simAnswer
+	// A membership write held in flight (hold: the next one is), which
+	// lands at its "land" event, its answer lost.
+	hold     bool
+	flight   *simFlight
 	nextTick time.Time
 	// runs in flight, in order of number (of start).
 	runs []simRun
@@ -231,6 +245,12 @@ type simRun struct {
 	n        int
 	tk       ticket
 	stopping bool
+}
+
+// simFlight is a write the API server has not applied yet.
+type simFlight struct {
+	lease  *coordinationv1.Lease
+	update bool
 }
 
 // simAnswer is a membership write whose answer is on its way.
@@ -345,7 +365,7 @@ type sim struct {
 
 func newSim(seed uint64) *sim {
 	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, count: simShards, reps: make(map[string]*simReplica),
-		store: simStore{recs: make(map[string]simRec), parser: newRingView("sim", simShards)}}
+		store: simStore{recs: make(map[string]simRec), parser: newRingView("sim", simShards), ended: make(map[string]bool)}}
 	io := leaseIO{namespace: "ns", ring: "sim", shards: simShards, field: FieldUID}
 	_, _ = s.store.put(io.ringLease(simShards, 0, 0, t0), false)
 	return s
@@ -441,6 +461,10 @@ func (s *sim) write(rp *simReplica, le *coordinationv1.Lease, update bool) (*coo
 	s.sent(rp, le.Name)
 	lands, answered := s.reach(rp)
 	if !lands {
+		return nil, simTimeout
+	}
+	if rp.hold { // held in flight: it lands later (land), its answer lost
+		rp.hold, rp.flight = false, &simFlight{lease: le, update: update}
 		return nil, simTimeout
 	}
 	var was parsed
@@ -543,9 +567,18 @@ func (s *sim) ids() []string { return s.order }
 // (answer) comes after a delay drawn from the seed, sometimes longer than
 // RenewDeadline.
 func (s *sim) renew(rp *simReplica, tick bool) bool {
+	// One write in forty, while faults are drawn, is held in flight and
+	// lands up to two RenewDeadlines later, after its sender gave up on
+	// its answer (a server that applies a request whose client has timed
+	// out): by then the others may have fenced its sender.
+	rp.hold = s.faulty() && rp.flight == nil && rp.rnd.IntN(40) == 0
 	r, ok := rp.l.sendRenewal(context.Background())
+	rp.hold = false
 	if !ok {
 		return false
+	}
+	if rp.flight != nil && r.err != nil {
+		s.at(time.Duration(rp.rnd.Int64N(int64(2*simRenew))), "land", rp.id)
 	}
 	d := time.Duration(rp.rnd.Int64N(int64(100 * time.Millisecond)))
 	if s.faulty() && rp.rnd.IntN(30) == 0 {
@@ -965,6 +998,14 @@ func (s *sim) run(d time.Duration) string {
 					s.progress(rp)
 				}
 			}
+		case "land":
+			rp := s.reps[e.id]
+			if f := rp.flight; f != nil {
+				rp.flight = nil
+				if _, err := s.store.put(f.lease, f.update); err == nil {
+					s.changed()
+				}
+			}
 		case "answer":
 			rp := s.reps[e.id]
 			if rp.dead {
@@ -998,6 +1039,9 @@ func (s *sim) run(d time.Duration) string {
 			if occupied[u] > 1 && s.violated == "" {
 				s.violated = fmt.Sprintf("at %v hash range %d/%d admitted or run by %v", s.now.Sub(t0), u, simUnits, a)
 			}
+		}
+		if s.store.revived != "" && s.violated == "" {
+			s.violated = fmt.Sprintf("at %v %s", s.now.Sub(t0), s.store.revived)
 		}
 		s.checkSwitch()
 		s.checkMoves(&admitted)
@@ -1197,6 +1241,9 @@ func (s *sim) cancelled() {
 // saves a good part of the simulation's time (docs/measured.md).
 const simGC = 800
 
+// simRingSeeds is how many seeds TestSimRing runs in CI.
+const simRingSeeds = 150
+
 // simRingMinutes is the simulated time of one seed's run.
 const simRingMinutes = simFaultFor + 3*time.Minute
 
@@ -1205,7 +1252,7 @@ const simRingMinutes = simFaultFor + 3*time.Minute
 // instead (hours, say), from SHARDING_SIM_FROM (default 0). A failing seed
 // is named: TestSimReplay replays one (SHARDING_SIM_SEED).
 func TestSimRing(t *testing.T) {
-	seeds, budget := uint64(50), time.Duration(0)
+	seeds, budget := uint64(simRingSeeds), time.Duration(0)
 	if v, err := strconv.Atoi(os.Getenv("SHARDING_SIM_SECONDS")); err == nil {
 		seeds, budget = ^uint64(0), time.Duration(v)*time.Second
 	}
