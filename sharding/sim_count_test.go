@@ -49,7 +49,7 @@ var simCountScenarios = []struct {
 
 // TestSimCount runs each scenario, then seeds of random faults with
 // count faults and rollouts drawn among them (SHARDING_SIM_COUNT_SEEDS,
-// default 10).
+// default 20).
 func TestSimCount(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(simGC))
 	start, events := time.Now(), 0
