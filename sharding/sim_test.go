@@ -79,7 +79,8 @@ type simStore struct {
 	recs   map[string]simRec
 	log    []simChange
 	parser *ringView // parses the Leases of the ring "sim"
-	// ended are the sessions whose membership Lease was deleted; revived
+	// ended are the sessions ("member/session") whose membership Lease
+	// was deleted; revived
 	// names the first written again (a session never comes back).
 	ended   map[string]bool
 	revived string
@@ -125,7 +126,7 @@ func (s *simStore) put(le *coordinationv1.Lease, update bool) (*coordinationv1.L
 	}
 	le.UID, le.ResourceVersion = ref.uid, ref.rv
 	p, _ := s.parser.parse(le)
-	if p.member != "" && s.ended[p.m.session] && s.revived == "" {
+	if p.member != "" && s.ended[p.member+"/"+p.m.session] && s.revived == "" {
 		s.revived = fmt.Sprintf("session %s of %s written again after its membership Lease was deleted", p.m.session, p.member)
 	}
 	s.recs[name] = simRec{ref: ref, p: p, lease: le}
@@ -145,7 +146,7 @@ func (s *simStore) del(name string, o metav1.DeleteOptions) error {
 	}
 	s.rv++
 	if cur.p.member != "" {
-		s.ended[cur.p.m.session] = true
+		s.ended[cur.p.member+"/"+cur.p.m.session] = true
 	}
 	delete(s.recs, name)
 	s.log = append(s.log, simChange{p: cur.p, ref: leaseRef{rv: strconv.Itoa(s.rv)}, deleted: true})
