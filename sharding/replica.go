@@ -38,16 +38,13 @@ type Replica struct {
 	primary *informer
 	running bool // Run has been called
 
-	runs  ledger      // what runs, and may run (runs.go)
-	ring  *ringView   // the ring's Leases as the watch delivers them (ringview.go)
-	io    *leaseIO    // every Lease request (leases.go)
-	perms permissions // refused requests (forbidden.go)
-	// refusal is set once the ring shows another field, or was mixed
-	// outside its protocol (shardcount.go).
-	refusal mismatch
-	obs     observer // what the replica reports of itself (metrics.go)
-	// Run's state (the machine, step.go, and the loop, loop.go) is its
-	// own: touched only by Run's goroutine.
+	runs    ledger      // what runs, and may run (runs.go)
+	ring    *ringView   // the ring's Leases as the watch delivers them (ringview.go)
+	io      *leaseIO    // every Lease request (leases.go)
+	perms   permissions // refused requests (forbidden.go)
+	refusal mismatch    // set once the ring shows another field, or was mixed outside its protocol (shardcount.go)
+	obs     observer    // what the replica reports of itself (metrics.go)
+	// Run's state (step.go, loop.go) is its own: touched only by Run's goroutine.
 
 	withoutUID atomic.Int64 // objects added without a UID (checkUID)
 	// share is whether the replica's share has been filled (Ready): set
