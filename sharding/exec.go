@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -45,7 +46,7 @@ func (l *loop) carryOut(ctx context.Context, a actions) {
 		l.writeRing(ctx, *w, a.ring)
 	}
 	for _, w := range a.seal {
-		out, err := l.io.sealShard(ctx, w, time.Now())
+		out, err := l.io.sealShard(ctx, w, l.now())
 		if err != nil {
 			l.m.sealFailed(w)
 			continue
@@ -91,7 +92,7 @@ func (l *loop) logMode(mode ringMode, ri ringInfo) {
 // writeRing writes the ring's Lease, ri as the step saw it, to start or
 // complete a switch of its count.
 func (l *loop) writeRing(ctx context.Context, w ringWrite, ri ringInfo) {
-	out, err := l.io.writeRing(ctx, w, time.Now())
+	out, err := l.io.writeRing(ctx, w, l.now())
 	if err != nil {
 		l.m.ringFailed(w) // a Conflict: the watch brings the newer version
 		return
@@ -111,7 +112,7 @@ func (l *loop) writeRing(ctx context.Context, w ringWrite, ri ringInfo) {
 // showed (or still missing: a create, which fails if another replica was
 // faster).
 func (l *loop) acquire(ctx context.Context, w acquireWrite) {
-	out, err := l.io.acquireShard(ctx, w, time.Now())
+	out, err := l.io.acquireShard(ctx, w, l.now())
 	if err != nil {
 		// Someone else was faster (the watch brings its version), or the
 		// API failed, maybe after the write landed.
@@ -130,7 +131,7 @@ func (l *loop) acquire(ctx context.Context, w acquireWrite) {
 // grace period is over (drainStep). It returns when it next needs to run
 // (the earliest grace end still ahead), or zero.
 func (l *loop) progress(api context.Context) time.Time {
-	now := time.Now()
+	now := l.now()
 	release, session, wakeAt := l.runs.drainScan(now)
 	if len(release) == 0 {
 		return wakeAt
@@ -172,37 +173,62 @@ func (l *loop) progress(api context.Context) time.Time {
 // renewal's success counts only if the session is still alive when the
 // answer arrives (acceptAnswer).
 func (l *loop) renew(ctx context.Context) {
+	if w, ok := l.sendRenewal(ctx); ok {
+		l.renewed(ctx, w)
+	}
+}
+
+// renewal is a membership write sent, with its answer: the simulation
+// (sim_test.go) holds it back for a while before renewed.
+type renewal struct {
+	w        memberPut
+	wasAlive bool      // the session was alive when it was sent
+	sent     time.Time // when it was sent
+	out      *coordinationv1.Lease
+	err      error
+}
+
+// sendRenewal makes the membership write the machine decides, if any.
+func (l *loop) sendRenewal(ctx context.Context) (renewal, bool) {
 	st := l.runs.status()
-	alive := st.alive
-	sent := time.Now()
-	w, ok := l.m.renewal(st, sent, newSession())
+	sent := l.now()
+	w, ok := l.m.renewal(st, sent, l.newSession())
 	if !ok {
-		return
+		return renewal{}, false
 	}
 	w.known = l.member
 	out, err := l.io.writeMember(ctx, w)
-	if err != nil {
-		l.obs.memberWrite(err)
-		if l.memberLost(ctx, err) && alive {
+	return renewal{w: w, wasAlive: st.alive, sent: sent, out: out, err: err}, true
+}
+
+// renewed applies the answer of the membership write r.
+func (l *loop) renewed(ctx context.Context, r renewal) {
+	if r.err != nil {
+		l.obs.memberWrite(r.err)
+		if l.memberLost(ctx, r.err) && r.wasAlive {
 			l.lose(true)
 		}
 		return
 	}
 	l.obs.memberWrite(nil)
-	l.member = refOf(out)
-	l.ring.upsert(out) // our write, from the server's answer
-	switch l.runs.answered(sentWrite{at: sent, wasAlive: alive, session: w.session}, time.Now(), l.cfg.RenewDeadline) {
+	l.member = refOf(r.out)
+	l.ring.upsert(r.out) // our write, from the server's answer
+	switch l.runs.answered(sentWrite{at: r.sent, wasAlive: r.wasAlive, session: r.w.session}, l.now(), l.cfg.RenewDeadline) {
 	case answerIgnored:
 		return
 	case answerJoined:
-		l.m.joined(w)
+		l.m.joined(r.w)
 	}
-	deadline := sent.Add(l.cfg.RenewDeadline)
+	deadline := r.sent.Add(l.cfg.RenewDeadline)
+	if l.expireAt != nil {
+		l.expireAt(deadline) // the simulation's timer
+		return
+	}
 	if l.expire == nil {
-		r := l.Replica
+		rp := l.Replica
 		l.expire = time.AfterFunc(time.Until(deadline), func() {
-			klog.V(2).InfoS("sharding: no renewal answered within RenewDeadline: stops admitting keys", "ring", r.cfg.Name, "identity", r.cfg.Identity)
-			r.lose(false)
+			klog.V(2).InfoS("sharding: no renewal answered within RenewDeadline: stops admitting keys", "ring", rp.cfg.Name, "identity", rp.cfg.Identity)
+			rp.lose(false)
 		})
 	} else {
 		l.expire.Reset(time.Until(deadline))
@@ -318,7 +344,7 @@ func (l *loop) sync() {
 func (l *loop) warm(held []int) []int {
 	fill := slices.Clone(held)
 	l.warmUntil = time.Time{}
-	for s, until := range l.warmShards(held, time.Now()) {
+	for s, until := range l.warmShards(held, l.now()) {
 		fill = append(fill, s)
 		l.warmUntil = earliest(l.warmUntil, until)
 	}

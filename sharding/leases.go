@@ -77,10 +77,22 @@ func shardLeaseName(ring string, shards, i int) string {
 
 func newSession() string { return fmt.Sprintf("%016x", rand.Uint64()) }
 
+// leaseAPI is what the writes and the Get of this file need of the API
+// server: client-go's Lease client of the namespace, or the simulation's
+// Lease store (sim_test.go), which so runs every request this file makes,
+// preconditions included.
+type leaseAPI interface {
+	Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error)
+	Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error)
+}
+
 // leaseIO makes the replica's Lease requests, in one namespace, for one
 // ring and one identity.
 type leaseIO struct {
 	client    kubernetes.Interface
+	api       leaseAPI // the client's Leases of the namespace
 	namespace string
 	ring      string
 	identity  string
@@ -98,7 +110,7 @@ type leaseIO struct {
 
 func newLeaseIO(cfg Config, outcome func(verb string, err error)) *leaseIO {
 	return &leaseIO{
-		client: cfg.Client, namespace: cfg.Namespace, ring: cfg.Name, identity: cfg.Identity,
+		client: cfg.Client, api: cfg.Client.CoordinationV1().Leases(cfg.Namespace), namespace: cfg.Namespace, ring: cfg.Name, identity: cfg.Identity,
 		shards: cfg.Shards, field: cfg.Field,
 		// LeaseDuration in whole seconds, rounded up: the API server wants
 		// leaseDurationSeconds > 0. No replica reads it back.
@@ -107,6 +119,7 @@ func newLeaseIO(cfg Config, outcome func(verb string, err error)) *leaseIO {
 	}
 }
 
+// leases is the client's Leases of the namespace, for the watch.
 func (l *leaseIO) leases() coordinationv1client.LeaseInterface {
 	return l.client.CoordinationV1().Leases(l.namespace)
 }
@@ -156,18 +169,18 @@ func (l *leaseIO) writeMember(ctx context.Context, w memberPut) (*coordinationv1
 	l.addReport(lease)
 	known := w.known
 	if !known.known() {
-		out, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
+		out, err := l.api.Create(ctx, lease, metav1.CreateOptions{})
 		l.report("create", err)
 		return out, err
 	}
-	out, err := l.leases().Update(ctx, known.on(lease), metav1.UpdateOptions{})
+	out, err := l.api.Update(ctx, known.on(lease), metav1.UpdateOptions{})
 	l.report("update", err)
 	return out, err
 }
 
 // getMember reads our membership Lease as it is now.
 func (l *leaseIO) getMember(ctx context.Context) (*coordinationv1.Lease, error) {
-	out, err := l.leases().Get(ctx, memberLeaseName(l.ring, l.identity), metav1.GetOptions{})
+	out, err := l.api.Get(ctx, memberLeaseName(l.ring, l.identity), metav1.GetOptions{})
 	l.report("get", err)
 	return out, err
 }
@@ -175,7 +188,7 @@ func (l *leaseIO) getMember(ctx context.Context) (*coordinationv1.Lease, error) 
 // deleteMember deletes the membership Lease of identity if it is still
 // the object and version ref names (a fence, or our own leave).
 func (l *leaseIO) deleteMember(ctx context.Context, identity string, ref leaseRef) error {
-	err := l.leases().Delete(ctx, memberLeaseName(l.ring, identity),
+	err := l.api.Delete(ctx, memberLeaseName(l.ring, identity),
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &ref.uid, ResourceVersion: &ref.rv}})
 	l.report("delete", err)
 	return err
@@ -193,11 +206,11 @@ func (l *leaseIO) acquireShard(ctx context.Context, w acquireWrite, now time.Tim
 // replica created it first).
 func (l *leaseIO) putShard(ctx context.Context, lease *coordinationv1.Lease, s shardInfo) (*coordinationv1.Lease, error) {
 	if !s.exists {
-		out, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
+		out, err := l.api.Create(ctx, lease, metav1.CreateOptions{})
 		l.report("create", err)
 		return out, err
 	}
-	out, err := l.leases().Update(ctx, s.ref.on(lease), metav1.UpdateOptions{})
+	out, err := l.api.Update(ctx, s.ref.on(lease), metav1.UpdateOptions{})
 	l.report("update", err)
 	return out, err
 }
@@ -215,7 +228,7 @@ func (l *leaseIO) releaseShard(ctx context.Context, w releaseWrite, now time.Tim
 	if w.seal >= 0 {
 		lease.Annotations[AnnotationSealed] = strconv.Itoa(w.seal)
 	}
-	out, err := l.leases().Update(ctx, w.ref.on(lease), metav1.UpdateOptions{})
+	out, err := l.api.Update(ctx, w.ref.on(lease), metav1.UpdateOptions{})
 	l.report("update", err)
 	return out, err
 }
@@ -289,7 +302,7 @@ func (l *leaseIO) shardLease(k shardKey, holder, session string, transitions int
 // shard count (generation 0) and field for every replica of the ring: it
 // fails (AlreadyExists) if the ring has one.
 func (l *leaseIO) createRing(ctx context.Context, now time.Time) (*coordinationv1.Lease, error) {
-	out, err := l.leases().Create(ctx, l.ringLease(l.shards, 0, 0, now), metav1.CreateOptions{})
+	out, err := l.api.Create(ctx, l.ringLease(l.shards, 0, 0, now), metav1.CreateOptions{})
 	l.report("create", err)
 	return out, err
 }
@@ -298,7 +311,7 @@ func (l *leaseIO) createRing(ctx context.Context, now time.Time) (*coordinationv
 // the version w.ref names, to say that the ring's count is w.shards in
 // generation w.gen, switching to w.target (0: none). See shardcount.go.
 func (l *leaseIO) writeRing(ctx context.Context, w ringWrite, now time.Time) (*coordinationv1.Lease, error) {
-	out, err := l.leases().Update(ctx, w.ref.on(l.ringLease(w.shards, w.gen, w.target, now)), metav1.UpdateOptions{})
+	out, err := l.api.Update(ctx, w.ref.on(l.ringLease(w.shards, w.gen, w.target, now)), metav1.UpdateOptions{})
 	l.report("update", err)
 	return out, err
 }

@@ -55,6 +55,11 @@ type loop struct {
 	jitter    *rand.Rand // draws each period's jitter (see period)
 	leaveBy   time.Time  // give up leaving here
 	stopErr   error      // why Run leaves, if not its context
+	// newSession draws a session's token (leases.go); expireAt, if set,
+	// stands for the expire timer (exec.go): the simulation's, in
+	// sim_test.go, which draws and times both itself.
+	newSession func() string
+	expireAt   func(deadline time.Time)
 }
 
 func newLoop(r *Replica) *loop {
@@ -66,7 +71,8 @@ func newLoop(r *Replica) *loop {
 			handoffWait: cfg.HandoffTimeout, grace: cfg.GracePeriod, balance: cfg.Balance}),
 		// Seeded by the replica's identity: distinct replicas drift
 		// apart, and a test in simulated time replays the same periods.
-		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
+		jitter:     rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),
+		newSession: newSession,
 	}
 }
 
@@ -253,7 +259,7 @@ func (l *loop) decide(ctx context.Context, tick bool) {
 	l.ring.consume()
 	v := &l.v
 	l.ring.snapshot(v)
-	now := time.Now()
+	now := l.now()
 	fence, refuse := l.m.check(v, now)
 	if refuse != nil { // another field, or a ring mixed outside its protocol: shardcount.go
 		l.refuseRing(refuse)
@@ -279,7 +285,15 @@ func (l *loop) decide(ctx context.Context, tick bool) {
 // each over once its taker has synced it, or once HandoffTimeout has
 // passed.
 func (l *loop) leave(api context.Context) {
-	now := time.Now()
+	l.startLeave()
+	ctx, cancel := context.WithTimeout(api, l.cfg.RenewDeadline)
+	defer cancel()
+	l.renew(ctx)
+}
+
+// startLeave is leave's start, before its membership write.
+func (l *loop) startLeave() {
+	now := l.now()
 	l.m.leaveAt = now
 	if l.stopErr != nil {
 		// Refused by the API server: hand nothing over, leave now.
@@ -287,16 +301,13 @@ func (l *loop) leave(api context.Context) {
 	}
 	l.leaveBy = now.Add(l.m.leaveAt.Sub(now) + l.cfg.HandoffTimeout + l.cfg.GracePeriod + l.cfg.RenewDeadline)
 	l.runs.leave()
-	ctx, cancel := context.WithTimeout(api, l.cfg.RenewDeadline)
-	defer cancel()
-	l.renew(ctx)
 }
 
 // leaveDone finishes a leave once no shard is held and no run is in flight
 // (deleting the membership Lease), or gives up at leaveBy.
 func (l *loop) leaveDone(api context.Context) (bool, error) {
 	if l.runs.busy() {
-		if !time.Now().Before(l.leaveBy) {
+		if !l.now().Before(l.leaveBy) {
 			l.runs.abandon()
 			return true, errors.New("sharding: runs still in flight after HandoffTimeout + GracePeriod + RenewDeadline; shards left to expire")
 		}

@@ -28,7 +28,8 @@ type Replica struct {
 	cfg    Config
 	field  string
 	shards int
-	wake   chan struct{} // capacity 1: pokes the loop
+	wake   chan struct{}    // capacity 1: pokes the loop
+	now    func() time.Time // time.Now (the simulation's clock in sim_test.go)
 
 	mu sync.Mutex // protects primary and running
 	// primary is the sharded informer of Config.Object: built by New
@@ -37,16 +38,13 @@ type Replica struct {
 	primary *informer
 	running bool // Run has been called
 
-	runs  ledger      // what runs, and may run (runs.go)
-	ring  *ringView   // the ring's Leases as the watch delivers them (ringview.go)
-	io    *leaseIO    // every Lease request (leases.go)
-	perms permissions // refused requests (forbidden.go)
-	// refusal is set once the ring shows another field, or was mixed
-	// outside its protocol (shardcount.go).
-	refusal mismatch
-	obs     observer // what the replica reports of itself (metrics.go)
-	// Run's state (the machine, step.go, and the loop, loop.go) is its
-	// own: touched only by Run's goroutine.
+	runs    ledger      // what runs, and may run (runs.go)
+	ring    *ringView   // the ring's Leases as the watch delivers them (ringview.go)
+	io      *leaseIO    // every Lease request (leases.go)
+	perms   permissions // refused requests (forbidden.go)
+	refusal mismatch    // set once the ring shows another field, or was mixed outside its protocol (shardcount.go)
+	obs     observer    // what the replica reports of itself (metrics.go)
+	// Run's state (step.go, loop.go) is its own: touched only by Run's goroutine.
 
 	withoutUID atomic.Int64 // objects added without a UID (checkUID)
 	// share is whether the replica's share has been filled (Ready): set
@@ -77,6 +75,7 @@ func New(cfg Config) (*Replica, error) {
 		field:  cfg.Field,
 		shards: cfg.Shards,
 		wake:   make(chan struct{}, 1),
+		now:    time.Now,
 		ring:   newRingView(cfg.Name, cfg.Shards),
 	}
 	r.obs.cfg = &r.cfg
@@ -380,7 +379,7 @@ func (r *Replica) poke() {
 // flight is cancelled. It is called by the expire timer, and by the loop
 // when the ring shows that the session is over.
 func (r *Replica) lose(force bool) {
-	if r.runs.lose(force, time.Now()) {
+	if r.runs.lose(force, r.now()) {
 		if !r.runs.leaving() {
 			r.obs.lapse(force)
 		}

@@ -44,6 +44,7 @@ type ringView struct {
 	changed    chan struct{}    // capacity 1: poked on every change
 	synced     chan struct{}    // closed at the first Replace
 	listed     func(first bool) // if set, told of each Replace (metrics.go)
+	now        func() time.Time // time.Now (the simulation's clock in sim_test.go)
 
 	mu        sync.Mutex // protects the fields below
 	members   map[string]memberInfo
@@ -56,7 +57,7 @@ type ringView struct {
 func newRingView(ring string, shards int) *ringView {
 	return &ringView{
 		ring: ring, shardCount: shards,
-		changed: make(chan struct{}, 1),
+		changed: make(chan struct{}, 1), now: time.Now,
 		synced:  make(chan struct{}),
 		members: make(map[string]memberInfo),
 		shards:  make([]shardInfo, shards),
@@ -93,16 +94,17 @@ func (g *ringView) consume() {
 
 // snapshot copies the view into v, reusing v's storage.
 func (g *ringView) snapshot(v *view) {
-	if v.members == nil {
-		v.members = make(map[string]memberInfo)
+	if v.members == nil || v.others == nil {
+		v.members, v.others = make(map[string]memberInfo), make(map[shardKey]shardInfo)
 	}
 	clear(v.members)
+	clear(v.others)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	maps.Copy(v.members, g.members)
 	v.shards = append(v.shards[:0], g.shards...)
 	v.ringLease = g.ringLease
-	v.others = maps.Clone(g.others)
+	maps.Copy(v.others, g.others)
 }
 
 func (g *ringView) poke() {
@@ -195,7 +197,7 @@ func (g *ringView) upsert(obj any) {
 	if !ok {
 		return
 	}
-	now := time.Now()
+	now := g.now()
 	g.mu.Lock()
 	changed := g.setLocked(p, now)
 	g.mu.Unlock()
@@ -241,7 +243,7 @@ func (g *ringView) Delete(obj any) error {
 // replica that the list predates) is kept; one missing from the list and
 // not newer than it is gone.
 func (g *ringView) Replace(items []any, listRV string) error {
-	now := time.Now()
+	now := g.now()
 	ps := make([]parsed, 0, len(items))
 	for _, it := range items {
 		if le, ok := it.(*coordinationv1.Lease); ok {

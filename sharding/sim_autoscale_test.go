@@ -2,7 +2,6 @@ package sharding
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -320,8 +319,7 @@ func (m *asModel) event(e simEvent) {
 			s.at(time.Duration(m.rnd.ExpFloat64()/m.rate(s.now)*float64(time.Second)), "arrive", "")
 		}
 	case "runend":
-		id, n, _ := cutLast(e.id)
-		m.runEnd(s.reps[id], n)
+		m.runEnd(s.reps[e.id], e.n)
 	case "scrape":
 		m.scrape()
 		s.at(asSync, "scrape", "")
@@ -412,7 +410,7 @@ func (m *asModel) fill(rp *simReplica) {
 		m.runs[n] = asRun{key: key, replica: rp.id, shard: best, start: s.now, end: s.now.Add(asService), since: k.since}
 		k.since, k.running = time.Time{}, true
 		m.ran++
-		heap.Push(&s.q, simEvent{at: s.now.Add(asService), seq: n, kind: "runend", id: rp.id + "@" + strconv.Itoa(n)})
+		s.q.push(simEvent{at: s.now.Add(asService), seq: n, kind: "runend", id: rp.id, n: n})
 	}
 }
 

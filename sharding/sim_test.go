@@ -6,15 +6,20 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // A deterministic simulation of whole rings: N replicas, each the real
@@ -30,9 +35,14 @@ import (
 // admitted within a bound, and that the ring switches its count within a
 // bound once no replica of its count runs.
 //
-// The executor here is the simulation's (sim.renew, sim.decide,
-// sim.progress mirror exec.go's, with each request answered at once or
-// lost): the simulation tests the decisions and the ledger, not the I/O.
+// Each replica is a real Replica and its loop: the machine's actions are
+// carried out by the executor (exec.go) and leaseIO (leases.go), whose
+// requests the simulated store answers (simIO), each at once or lost; the
+// loop's steps (decide, progress, the halves of a tick's renewal, leave)
+// are called as loop.go calls them, on the replica's clock. Not run: the
+// loop's select and timers (the simulation's events stand for them), the
+// watch's reflector (the store's changes are applied to the view as it
+// applies them), and sync (every held shard counts as filled at once).
 
 const (
 	simShards   = 8
@@ -52,19 +62,28 @@ const (
 	simSettle = simLease + simHandoff + 10*simRetry
 )
 
-// simRec is one Lease of the simulated store.
+// simRec is one Lease of the simulated store, as stored and as parsed.
 type simRec struct {
-	ref leaseRef
-	p   parsed
+	ref   leaseRef
+	p     parsed
+	lease *coordinationv1.Lease
 }
 
-// simStore is the Lease store: conditional updates and deletes by UID and
-// resourceVersion, creates that fail on an existing name, and a log of
-// changes that each replica's watch delivers.
+// simStore is the Lease store: it answers Create, Update, Delete and Get
+// as the API server does (fakeleases.Cases): UID and resourceVersion
+// preconditions, creates that fail on an existing name, create-on-update
+// of a missing Lease without a UID; and keeps a log of changes that each
+// replica's watch delivers.
 type simStore struct {
-	rv   int
-	recs map[string]simRec
-	log  []simChange
+	rv     int
+	recs   map[string]simRec
+	log    []simChange
+	parser *ringView // parses the Leases of the ring "sim"
+	// ended are the sessions ("member/session") whose membership Lease
+	// was deleted; revived
+	// names the first written again (a session never comes back).
+	ended   map[string]bool
+	revived string
 }
 
 type simChange struct {
@@ -75,49 +94,125 @@ type simChange struct {
 
 var simGR = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 
-func (s *simStore) put(name string, p parsed, cond *leaseRef) (leaseRef, error) {
+// The store's names of the ring's Leases.
+const simRingName = "sim-ring"
+
+func simMemberName(id string) string { return memberLeaseName("sim", id) }
+
+// simShardName is the store's name of shard i of a count.
+func simShardName(shards, i int) string { return shardLeaseName("sim", shards, i) }
+
+// put stores le, a Create (update false) or an Update, and returns it as
+// stored; the caller's object becomes the store's.
+func (s *simStore) put(le *coordinationv1.Lease, update bool) (*coordinationv1.Lease, error) {
+	name := le.Name
 	cur, ok := s.recs[name]
 	switch {
-	case cond == nil && ok:
-		return leaseRef{}, apierrors.NewAlreadyExists(simGR, name)
-	case cond != nil && (!ok || cur.ref != *cond):
-		return leaseRef{}, apierrors.NewConflict(simGR, name, fmt.Errorf("precondition"))
+	case !update && ok:
+		return nil, apierrors.NewAlreadyExists(simGR, name)
+	case !update && le.ResourceVersion != "":
+		return nil, apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
+	case update && le.UID != "" && (!ok || le.UID != cur.ref.uid):
+		return nil, apierrors.NewConflict(simGR, name, fmt.Errorf("precondition: UID"))
+	case update && ok && le.ResourceVersion == "":
+		return nil, apierrors.NewBadRequest("resourceVersion must be specified for an update")
+	case update && ok && le.ResourceVersion != cur.ref.rv:
+		return nil, apierrors.NewConflict(simGR, name, fmt.Errorf("precondition: resourceVersion"))
 	}
 	s.rv++
 	ref := leaseRef{uid: types.UID(name + "/" + strconv.Itoa(s.rv)), rv: strconv.Itoa(s.rv)}
 	if ok {
 		ref.uid = cur.ref.uid
 	}
-	s.recs[name] = simRec{ref: ref, p: p}
+	le.UID, le.ResourceVersion = ref.uid, ref.rv
+	p, _ := s.parser.parse(le)
+	if p.member != "" && s.ended[p.member+"/"+p.m.session] && s.revived == "" {
+		s.revived = fmt.Sprintf("session %s of %s written again after its membership Lease was deleted", p.m.session, p.member)
+	}
+	s.recs[name] = simRec{ref: ref, p: p, lease: le}
 	s.log = append(s.log, simChange{p: p, ref: ref})
-	return ref, nil
+	return le, nil
 }
 
-func (s *simStore) del(name string, cond leaseRef) error {
+// del deletes the Lease name on the preconditions of o.
+func (s *simStore) del(name string, o metav1.DeleteOptions) error {
 	cur, ok := s.recs[name]
 	switch {
 	case !ok:
 		return apierrors.NewNotFound(simGR, name)
-	case cur.ref != cond:
+	case o.Preconditions != nil && o.Preconditions.UID != nil && *o.Preconditions.UID != cur.ref.uid,
+		o.Preconditions != nil && o.Preconditions.ResourceVersion != nil && *o.Preconditions.ResourceVersion != cur.ref.rv:
 		return apierrors.NewConflict(simGR, name, fmt.Errorf("precondition"))
 	}
 	s.rv++
+	if cur.p.member != "" {
+		s.ended[cur.p.member+"/"+cur.p.m.session] = true
+	}
 	delete(s.recs, name)
 	s.log = append(s.log, simChange{p: cur.p, ref: leaseRef{rv: strconv.Itoa(s.rv)}, deleted: true})
 	return nil
 }
 
-// simReplica is one replica: its machine, ledger and view, and the
-// simulation's record of its process.
+// simIO is one replica's connection to the store (leaseAPI): each request
+// is counted (sent), lands unless the replica is cut off, and is answered
+// unless the draw loses the answer (reach).
+type simIO struct {
+	s  *sim
+	rp *simReplica
+}
+
+func (io simIO) Create(_ context.Context, le *coordinationv1.Lease, _ metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	return io.s.write(io.rp, le, false)
+}
+
+func (io simIO) Update(_ context.Context, le *coordinationv1.Lease, _ metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	return io.s.write(io.rp, le, true)
+}
+
+func (io simIO) Delete(_ context.Context, name string, o metav1.DeleteOptions) error {
+	s, rp := io.s, io.rp
+	s.sent(rp, name)
+	lands, answered := s.reach(rp)
+	if !lands {
+		return simTimeout
+	}
+	err := s.store.del(name, o)
+	s.changed()
+	if !answered {
+		return simTimeout
+	}
+	return err
+}
+
+func (io simIO) Get(_ context.Context, name string, _ metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if lands, answered := io.s.reach(io.rp); !lands || !answered {
+		return nil, simTimeout
+	}
+	cur, ok := io.s.store.recs[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(simGR, name)
+	}
+	return cur.lease, nil
+}
+
+// simNoQueue is the replicas' Queue: the simulation runs keys itself.
+type simNoQueue struct{}
+
+func (simNoQueue) Add(string)         {}
+func (simNoQueue) Remove(string) bool { return false }
+
+// simReplica is one replica: its loop (and through it the Replica, the
+// machine, the ledger and the view), and the simulation's record of its
+// process.
 type simReplica struct {
 	id      string
 	shards  int        // its Config.Shards: simShards or 2*simShards
 	rate    float64    // its clock's rate (simDrift)
 	rnd     *rand.Rand // its draws, apart from the others': a fault dropped perturbs less
-	m       machine
-	led     *ledger
-	ring    *ringView
-	member  leaseRef
+	l       *loop
+	m       *machine  // &l.m
+	led     *ledger   // &l.runs
+	ring    *ringView // l.ring
 	seen    int       // the store's log entries its watch delivered
 	watchAt time.Time // when its watch delivers next (FIFO)
 	cutOff  time.Time // partitioned until then
@@ -126,10 +221,23 @@ type simReplica struct {
 	// A membership write in flight: its answer comes at answerAt (the
 	// loop waits for it, deciding nothing meanwhile); nextTick is when the
 	// tick after it is due.
-	pending  *simAnswer
+	pending *simAnswer
+	// A membership write held in flight (hold: the next one is), which
+	// lands at its "land" event, its answer lost.
+	hold     bool
+	flight   *simFlight
 	nextTick time.Time
 	// runs in flight, in order of number (of start).
 	runs []simRun
+	// The checks' record of it (occupancy): the units it admits (adm)
+	// and admits or runs (mine), valid while not dirty and until
+	// admUntil (simulated time: its session's deadline). Only an event of
+	// its own (or a fault) changes its ledger and runs, so only such an
+	// event makes it dirty; time alone only ends its admission, at
+	// admUntil.
+	dirty     bool
+	adm, mine uint32
+	admUntil  time.Time
 }
 
 // simRun is a run in flight: its number, its ticket, and whether its
@@ -140,14 +248,15 @@ type simRun struct {
 	stopping bool
 }
 
+// simFlight is a write the API server has not applied yet.
+type simFlight struct {
+	lease  *coordinationv1.Lease
+	update bool
+}
+
 // simAnswer is a membership write whose answer is on its way.
 type simAnswer struct {
-	st   sessionState
-	w    memberPut
-	p    parsed
-	sent time.Time
-	ref  leaseRef
-	err  error
+	r    renewal
 	tick bool // the write of a tick (else of the leave)
 }
 
@@ -156,23 +265,59 @@ type simEvent struct {
 	seq  int
 	kind string // tick, deliver, fault
 	id   string
+	n    int // deliver: the log's length to deliver; runend: the run's number
 }
 
-type simQueue []simEvent
+// simQueue is the events in order of time, then of seq: a heap of slots
+// without pointers (cheap to move, nothing for the collector to scan)
+// that name the events, kept apart.
+type simQueue struct {
+	h    simHeap
+	evs  []simEvent
+	free []int32
+}
 
-func (q simQueue) Len() int { return len(q) }
-func (q simQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
+type simSlot struct {
+	at  int64 // e.at.UnixNano()
+	seq int
+	i   int32 // in evs
+}
+
+func (q *simQueue) Len() int { return len(q.h) }
+
+func (q *simQueue) push(e simEvent) {
+	var i int32
+	if n := len(q.free); n > 0 {
+		i, q.free = q.free[n-1], q.free[:n-1]
+		q.evs[i] = e
+	} else {
+		i = int32(len(q.evs))
+		q.evs = append(q.evs, e)
 	}
-	return q[i].seq < q[j].seq
+	heap.Push(&q.h, simSlot{at: e.at.UnixNano(), seq: e.seq, i: i})
 }
-func (q simQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *simQueue) Push(x any)   { *q = append(*q, x.(simEvent)) }
-func (q *simQueue) Pop() any {
-	old := *q
+
+func (q *simQueue) pop() simEvent {
+	sl := heap.Pop(&q.h).(simSlot)
+	q.free = append(q.free, sl.i)
+	return q.evs[sl.i]
+}
+
+type simHeap []simSlot
+
+func (h simHeap) Len() int { return len(h) }
+func (h simHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h simHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *simHeap) Push(x any)   { *h = append(*h, x.(simSlot)) }
+func (h *simHeap) Pop() any {
+	old := *h
 	e := old[len(old)-1]
-	*q = old[:len(old)-1]
+	*h = old[:len(old)-1]
 	return e
 }
 
@@ -237,14 +382,15 @@ type sim struct {
 
 func newSim(seed uint64) *sim {
 	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, count: simShards, reps: make(map[string]*simReplica), moved: make(map[string]int),
-		store: simStore{recs: make(map[string]simRec)}}
-	_, _ = s.store.put("ring", parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: simShards, field: FieldUID}}}, nil)
+		store: simStore{recs: make(map[string]simRec), parser: newRingView("sim", simShards), ended: make(map[string]bool)}}
+	io := leaseIO{namespace: "ns", ring: "sim", shards: simShards, field: FieldUID}
+	_, _ = s.store.put(io.ringLease(simShards, 0, 0, t0), false)
 	return s
 }
 
 func (s *sim) at(d time.Duration, kind, id string) {
 	s.seq++
-	heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: s.seq, kind: kind, id: id})
+	s.q.push(simEvent{at: s.now.Add(d), seq: s.seq, kind: kind, id: id})
 }
 
 // start starts a replica: the next identity, or id (a join replayed,
@@ -261,10 +407,24 @@ func (s *sim) start(id string, shards int) {
 	}
 	s.next = max(s.next, n+1)
 	rnd := rand.New(rand.NewPCG(s.seed, 0x5eed+uint64(n)))
-	rp := &simReplica{id: id, shards: shards, rnd: rnd, rate: 1 + simDrift*(2*rnd.Float64()-1), led: &ledger{}, ring: newRingView("sim", shards),
-		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: shards, field: FieldUID},
-			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace, balance: s.balance})}
-	rp.led.init(shards)
+	rp := &simReplica{id: id, shards: shards, rnd: rnd, rate: 1 + simDrift*(2*rnd.Float64()-1)}
+	r, err := New(Config{Client: &fake.Clientset{}, Namespace: "ns", Name: "sim", Identity: id, Object: &corev1.ConfigMap{},
+		Queue: simNoQueue{}, Shards: shards, Field: FieldUID, LeaseDuration: simLease, RenewDeadline: simRenew,
+		RetryPeriod: simRetry, GracePeriod: simGrace, HandoffTimeout: simHandoff, Balance: s.balance,
+		Metrics: Metrics{Moves: func(cause string) Counter { return simCounter(func() { s.moved[cause]++ }) }}})
+	if err != nil {
+		panic(err)
+	}
+	clock := func() time.Time { return s.clock(rp) }
+	r.now, r.ring.now, r.io.api = clock, clock, simIO{s, rp}
+	if s.report != nil { // the load the test gives rp, in place of its observer's report
+		r.io.annotate = func() string { l := s.report(rp); return reportOf(l.held, l.workers) }
+	}
+	rp.l = newLoop(r)
+	rp.l.newSession = func() string { return fmt.Sprintf("%s-%d", rp.id, s.seq) }
+	rp.l.expireAt = func(deadline time.Time) { s.expireAt(rp, deadline) }
+	rp.l.jitter = rand.New(rand.NewPCG(s.seed, 0x717+uint64(n))) // the period's jitter (loop.period), from the seed
+	rp.m, rp.led, rp.ring = &rp.l.m, &r.runs, r.ring
 	s.reps[id] = rp
 	s.order = append(s.order, id)
 	s.list = append(s.list, rp)
@@ -285,11 +445,20 @@ func (s *sim) clock(rp *simReplica) time.Time {
 	return t0.Add(time.Duration(float64(s.now.Sub(t0)) * rp.rate))
 }
 
+// simCounter is a Counter that calls its function.
+type simCounter func()
+
+func (c simCounter) Inc() { c() }
+
 // real is the simulation's time when rp's clock reads at: the first
-// nanosecond at which clock reads at least at (rounded down, an expire
-// timer fired a nanosecond before its deadline, and never again).
+// instant it reads at or later (the conversions round, and a timer set
+// for at must find its clock there when it fires).
 func (s *sim) real(rp *simReplica, at time.Time) time.Time {
-	return t0.Add(time.Duration(float64(at.Sub(t0))/rp.rate) + 1)
+	t := t0.Add(time.Duration(float64(at.Sub(t0)) / rp.rate))
+	for t0.Add(time.Duration(float64(t.Sub(t0)) * rp.rate)).Before(at) {
+		t = t.Add(time.Nanosecond)
+	}
+	return t
 }
 
 // span is how long d on rp's clock takes.
@@ -313,18 +482,35 @@ func (s *sim) faulty() bool {
 
 var simTimeout = apierrors.NewTimeoutError("lost", 1)
 
-func (s *sim) write(rp *simReplica, name string, p parsed, cond *leaseRef) (leaseRef, error) {
-	s.sent(rp, name)
+// write is a Create or an Update of le by rp.
+func (s *sim) write(rp *simReplica, le *coordinationv1.Lease, update bool) (*coordinationv1.Lease, error) {
+	s.sent(rp, le.Name)
 	lands, answered := s.reach(rp)
 	if !lands {
-		return leaseRef{}, simTimeout
+		return nil, simTimeout
 	}
-	ref, err := s.store.put(name, p, cond)
+	if rp.hold { // held in flight: it lands later (land), its answer lost
+		rp.hold, rp.flight = false, &simFlight{lease: le, update: update}
+		return nil, simTimeout
+	}
+	var was parsed
+	if cur, ok := s.store.recs[le.Name]; ok {
+		was = cur.p
+	}
+	out, err := s.store.put(le, update)
 	if err == nil && !answered {
-		return leaseRef{}, simTimeout
+		return nil, simTimeout
+	}
+	if err == nil { // check (c): a release, or the ring's Lease, frees ranges
+		switch p := s.store.recs[le.Name].p; {
+		case p.ring:
+			s.freed(0, simUnits)
+		case p.shard >= 0 && was.s.holder == rp.id && p.s.holder == "" && p.count == rp.shards:
+			s.freed(rp.units(p.shard))
+		}
 	}
 	s.changed()
-	return ref, err
+	return out, err
 }
 
 // changed schedules every live replica's watch to deliver the log so far.
@@ -344,32 +530,31 @@ func (s *sim) changed() {
 		}
 		rp.watchAt = at
 		s.seq++
-		heap.Push(&s.q, simEvent{at: at, seq: s.seq, kind: "deliver", id: id + "@" + strconv.Itoa(len(s.store.log))})
+		s.q.push(simEvent{at: at, seq: s.seq, kind: "deliver", id: id, n: len(s.store.log)})
 	}
 }
 
+// deliver applies the store's changes up to upTo to rp's view, as its
+// watch's reflector does (ringView's Add, Update and Delete): a change that
+// can alter a decision pokes the loop.
 func (s *sim) deliver(rp *simReplica, upTo int) {
 	g := rp.ring
+	changed := false
 	g.mu.Lock()
 	for ; rp.seen < upTo; rp.seen++ {
 		c := s.store.log[rp.seen]
 		if c.deleted {
-			g.removeLocked(c.p, c.ref)
+			changed = g.removeLocked(c.p, c.ref) || changed
 			continue
 		}
 		p := c.p
 		p.m.ref, p.s.ref, p.r.ref = c.ref, c.ref, c.ref
-		g.setLocked(p, s.clock(rp))
+		changed = g.setLocked(p, s.clock(rp)) || changed
 	}
 	g.mu.Unlock()
-}
-
-// apply applies our own write's answer to rp's view at once, as upsert does.
-func (s *sim) apply(rp *simReplica, p parsed, ref leaseRef) {
-	p.m.ref, p.s.ref, p.r.ref = ref, ref, ref
-	rp.ring.mu.Lock()
-	rp.ring.setLocked(p, s.clock(rp))
-	rp.ring.mu.Unlock()
+	if changed {
+		g.poke()
+	}
 }
 
 // simQuiet is when the write bound starts to hold: the faults have
@@ -393,7 +578,7 @@ func (s *sim) sent(rp *simReplica, name string) {
 		s.writes = make(map[string][2]int)
 	}
 	w := s.writes[rp.id]
-	if strings.HasPrefix(name, "member-") {
+	if strings.HasPrefix(name, "sim-member-") {
 		w[0]++
 	} else {
 		w[1]++ // a shard Lease, or the ring's
@@ -404,186 +589,73 @@ func (s *sim) sent(rp *simReplica, name string) {
 // ids returns every replica's identity, in order of start (and of name).
 func (s *sim) ids() []string { return s.order }
 
-// renew mirrors exec.go's renew: it sends the membership write, whose
-// answer (answer) comes after a delay drawn from the seed, sometimes
-// longer than RenewDeadline.
+// renew sends rp's membership write (loop.sendRenewal), whose answer
+// (answer) comes after a delay drawn from the seed, sometimes longer than
+// RenewDeadline.
 func (s *sim) renew(rp *simReplica, tick bool) bool {
-	st := rp.led.status()
-	w, ok := rp.m.renewal(st, s.clock(rp), fmt.Sprintf("%s-%d", rp.id, s.seq))
+	// One write in forty, while faults are drawn, is held in flight and
+	// lands up to two RenewDeadlines later, after its sender gave up on
+	// its answer (a server that applies a request whose client has timed
+	// out): by then the others may have fenced its sender.
+	rp.hold = s.faulty() && rp.flight == nil && rp.rnd.IntN(40) == 0
+	r, ok := rp.l.sendRenewal(context.Background())
+	rp.hold = false
 	if !ok {
 		return false
 	}
-	p := parsed{member: rp.id, shard: -1, m: memberInfo{session: w.session, confirmed: !w.start.Equal(w.now),
-		conf: ringConf{shards: rp.shards, field: FieldUID}, synced: slices.Clone(w.mark.synced), leaving: w.mark.leaving}}
-	if s.report != nil {
-		p.m.load = s.report(rp)
+	if rp.flight != nil && r.err != nil {
+		s.at(time.Duration(rp.rnd.Int64N(int64(2*simRenew))), "land", rp.id)
 	}
-	var cond *leaseRef
-	if rp.member.known() {
-		c := rp.member
-		cond = &c
-	}
-	ref, err := s.write(rp, "member-"+rp.id, p, cond)
 	d := time.Duration(rp.rnd.Int64N(int64(100 * time.Millisecond)))
 	if s.faulty() && rp.rnd.IntN(30) == 0 {
 		d = time.Duration(rp.rnd.Int64N(int64(2 * simRenew))) // a slow answer
 	}
 	if dl := s.span(rp, simRenew); d > dl {
-		d, err = dl, simTimeout // the request's context ends at RenewDeadline
+		d, r.out, r.err = dl, nil, simTimeout // the request's context ends at RenewDeadline
 	}
-	rp.pending = &simAnswer{st: st, w: w, p: p, sent: s.clock(rp), ref: ref, err: err, tick: tick}
+	rp.pending = &simAnswer{r: r, tick: tick}
 	s.at(d, "answer", rp.id)
 	return true
 }
 
-// answer applies the answer of rp's membership write in flight.
+// answer applies the answer of rp's membership write in flight
+// (loop.renewed).
 func (s *sim) answer(rp *simReplica) {
 	pa := rp.pending
 	rp.pending = nil
-	if pa.err != nil {
-		gone := false
-		switch afterMemberError(pa.err) {
-		case memberGone:
-			rp.member, gone = leaseRef{}, true
-		case memberRead:
-			if lands, answered := s.reach(rp); lands && answered {
-				cur, ok := s.store.recs["member-"+rp.id]
-				switch {
-				case !ok:
-					rp.member, gone = leaseRef{}, true
-				case rp.member.known() && cur.ref.uid != rp.member.uid:
-					rp.member, gone = cur.ref, true
-				default:
-					rp.member = cur.ref
-				}
-			}
-		}
-		if gone && pa.st.alive {
-			rp.led.lose(true, s.clock(rp))
-		}
-		return
-	}
-	rp.member = pa.ref
-	s.apply(rp, pa.p, pa.ref)
-	switch rp.led.answered(sentWrite{at: pa.sent, wasAlive: pa.st.alive, session: pa.w.session}, s.clock(rp), simRenew) {
-	case answerIgnored:
-		return
-	case answerJoined:
-		rp.m.joined(pa.w)
-	}
-	late := time.Duration(0) // the expire timer, which may fire late
+	rp.l.renewed(context.Background(), pa.r)
+}
+
+// expireAt is rp's expire timer, set for deadline on its clock; it may
+// fire late.
+func (s *sim) expireAt(rp *simReplica, deadline time.Time) {
+	late := time.Duration(0)
 	if rp.rnd.IntN(10) == 0 {
 		late = time.Duration(rp.rnd.Int64N(int64(time.Second)))
 	}
 	s.seq++
-	heap.Push(&s.q, simEvent{at: s.real(rp, pa.sent.Add(simRenew+late)), seq: s.seq, kind: "expire", id: rp.id})
+	s.q.push(simEvent{at: s.real(rp, deadline.Add(late)), seq: s.seq, kind: "expire", id: rp.id})
 }
 
-// decide mirrors loop.go's decide and exec.go's carryOut.
+// decide is loop.decide at a tick, and loop.react otherwise: it decides
+// if the view changed since the last decision (a poke pending) or a
+// fence or a planned move's bound is due. A refusal of the ring is a
+// violation.
 func (s *sim) decide(rp *simReplica, tick bool) {
-	var v view
-	rp.ring.snapshot(&v)
-	fence, refuse := rp.m.check(&v, s.clock(rp))
-	if refuse != nil {
-		s.violated = "refused: " + refuse.Error()
-		return
+	if tick {
+		rp.l.decide(context.Background(), true)
+	} else {
+		rp.l.react(context.Background(), s.clock(rp), len(rp.ring.changed) > 0)
 	}
-	for _, w := range fence {
-		s.sent(rp, "member-"+w.id)
-		lands, answered := s.reach(rp)
-		var err error = simTimeout
-		if lands {
-			err = s.store.del("member-"+w.id, w.ref)
-			s.changed()
-			if !answered {
-				err = simTimeout
-			}
-		}
-		if err == nil || apierrors.IsNotFound(err) {
-			v.dropMember(w.id)
-			rp.ring.forget(w.id, w.ref)
-			continue
-		}
-		rp.m.fenceFailed(w)
-	}
-	if !rp.led.adopt(&v, rp.id, rp.m.tried.unknown, s.clock(rp)) {
-		rp.led.lose(true, s.clock(rp))
-		return
-	}
-	active, _ := rp.led.states()
-	a := rp.m.Step(observation{now: s.clock(rp), tick: tick, v: &v, session: rp.led.status(), active: active})
-	for _, c := range a.moved {
-		s.moved[c]++
-	}
-	if w := a.ringWrite; w != nil {
-		p := parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: w.shards, field: FieldUID}, gen: w.gen, target: w.target}}
-		ref := w.ref
-		out, err := s.write(rp, "ring", p, &ref)
-		if err != nil {
-			rp.m.ringFailed(*w)
-		} else {
-			s.apply(rp, p, out)
-			s.freed(0, simUnits)
-		}
-	}
-	for _, w := range a.seal {
-		p := parsed{shard: w.k.i, count: w.k.shards, s: shardInfo{exists: true, transitions: w.s.transitions,
-			conf: ringConf{shards: w.k.shards, field: FieldUID}, sealed: true, sealedGen: w.gen}}
-		var cond *leaseRef
-		if w.s.exists {
-			c := w.s.ref
-			cond = &c
-		}
-		out, err := s.write(rp, simShardName(w.k.shards, w.k.i), p, cond)
-		if err != nil {
-			rp.m.sealFailed(w)
-			continue
-		}
-		s.apply(rp, p, out)
-	}
-	if len(a.drain) > 0 {
-		rp.led.drain(a.drain, a.graceEnd)
-	}
-	for _, w := range a.acquire {
-		p := parsed{shard: w.i, count: rp.shards, s: shardInfo{exists: true, holder: rp.id, session: w.session,
-			transitions: w.s.transitions + 1, conf: ringConf{shards: rp.shards, field: FieldUID}}}
-		var cond *leaseRef
-		if w.s.exists {
-			c := w.s.ref
-			cond = &c
-		}
-		ref, err := s.write(rp, simShardName(rp.shards, w.i), p, cond)
-		if err != nil {
-			rp.m.acquireFailed(w, !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err))
-			continue
-		}
-		s.apply(rp, p, ref)
-		rp.led.acquired(w.i, w.session)
-		rp.led.seedWork(w.i, w.work)
+	if err := rp.l.stopErr; err != nil {
+		s.violated = "refused: " + err.Error()
 	}
 }
 
-// progress mirrors exec.go's progress, and marks every held shard filled.
+// progress is loop.progress, then marks every held shard filled (in
+// place of sync).
 func (s *sim) progress(rp *simReplica) {
-	release, session, _ := rp.led.drainScan(s.clock(rp))
-	ds := make([]drained, len(release))
-	for k, i := range release {
-		ds[k] = drained{i: i, s: rp.ring.shard(i)}
-	}
-	for _, w := range rp.m.releases(ds, session, rp.ring.ringInfo()) {
-		p := parsed{shard: w.i, count: rp.shards, s: shardInfo{exists: true, next: w.next, conf: ringConf{shards: rp.shards, field: FieldUID},
-			sealed: w.seal >= 0, sealedGen: max(w.seal, 0)}}
-		ref := w.ref
-		out, err := s.write(rp, simShardName(rp.shards, w.i), p, &ref)
-		if err != nil {
-			rp.m.releaseFailed(w)
-			continue
-		}
-		s.apply(rp, p, out)
-		rp.led.released(w.i)
-		s.freed(rp.units(w.i))
-		rp.m.releaseDone(w.i)
-	}
+	rp.l.progress(context.Background())
 	filled := make([]bool, rp.shards)
 	for _, i := range rp.led.held() {
 		filled[i] = true
@@ -606,6 +678,12 @@ func (rp *simReplica) units(i int) (lo, hi int) {
 	return i * w, (i + 1) * w
 }
 
+// unitMask is the units shard i of rp's count covers, as bits.
+func (rp *simReplica) unitMask(i int) uint32 {
+	lo, hi := rp.units(i)
+	return (1<<(hi-lo) - 1) << lo
+}
+
 // occupancy counts, for each unit of the hash space, the live replicas
 // that admit a shard covering it now, and those that admit or run one.
 func (s *sim) occupancy() (admitted, occupied [simUnits]int) {
@@ -613,32 +691,37 @@ func (s *sim) occupancy() (admitted, occupied [simUnits]int) {
 		if rp.dead {
 			continue
 		}
-		var mine [simUnits]bool
-		now := s.clock(rp)
-		rp.led.mu.Lock()
-		for i := range rp.shards {
-			if rp.led.admitsLocked(i, now) {
-				lo, hi := rp.units(i)
-				for u := lo; u < hi; u++ {
-					admitted[u]++
-					mine[u] = true
-				}
-			}
+		if rp.dirty || !s.now.Before(rp.admUntil) {
+			s.admits(rp)
 		}
-		rp.led.mu.Unlock()
-		for _, r := range rp.runs {
-			lo, hi := rp.units(r.tk.shard)
-			for u := lo; u < hi; u++ {
-				mine[u] = true
-			}
-		}
-		for u, m := range mine {
-			if m {
-				occupied[u]++
-			}
+		adm, mine := rp.adm, rp.mine
+		for u := 0; mine != 0; u, adm, mine = u+1, adm>>1, mine>>1 {
+			admitted[u] += int(adm & 1)
+			occupied[u] += int(mine & 1)
 		}
 	}
 	return admitted, occupied
+}
+
+// admits records the units rp admits, and admits or runs, now.
+func (s *sim) admits(rp *simReplica) {
+	rp.dirty, rp.adm, rp.admUntil = false, 0, t0.Add(1<<62)
+	now := s.clock(rp)
+	b := rp.led
+	b.mu.Lock()
+	if b.alive && now.Before(b.deadline) { // else it admits nothing until an event of its own
+		for i := range rp.shards {
+			if b.admitsLocked(i, now) {
+				rp.adm |= rp.unitMask(i)
+			}
+		}
+		rp.admUntil = s.real(rp, b.deadline).Add(-time.Nanosecond) // rounded down: recomputed early, never late
+	}
+	b.mu.Unlock()
+	rp.mine = rp.adm
+	for _, r := range rp.runs {
+		rp.mine |= rp.unitMask(r.tk.shard)
+	}
 }
 
 // admitters returns, for each unit, the live replicas that admit a shard
@@ -693,11 +776,6 @@ type simFault struct {
 	id     string
 	d      time.Duration
 	shards int
-}
-
-// simShardName is the store's name of shard i of a count.
-func simShardName(shards, i int) string {
-	return "shard-" + strconv.Itoa(shards) + "-" + strconv.Itoa(i)
 }
 
 // simRoll is a rollout in progress: the replicas it replaces, in order,
@@ -858,8 +936,7 @@ func (s *sim) applyFault(f simFault) bool {
 // leave starts rp's graceful leave.
 func (s *sim) leave(rp *simReplica) {
 	rp.leaving = true
-	rp.m.leaveAt = s.clock(rp)
-	rp.led.leave()
+	rp.l.startLeave()
 	if rp.pending == nil {
 		s.renew(rp, false)
 	}
@@ -868,7 +945,7 @@ func (s *sim) leave(rp *simReplica) {
 // otherCount is the shard count that is not the ring's now (of the two
 // the simulation runs).
 func (s *sim) otherCount() int {
-	if s.store.recs["ring"].p.r.conf.shards == simShards {
+	if s.store.recs[simRingName].p.r.conf.shards == simShards {
 		return 2 * simShards
 	}
 	return simShards
@@ -904,12 +981,19 @@ func (s *sim) run(d time.Duration) string {
 	end := t0.Add(d)
 	var unsettledSince time.Time
 	for s.q.Len() > 0 && s.violated == "" {
-		e := heap.Pop(&s.q).(simEvent)
+		e := s.q.pop()
 		if e.at.After(end) {
 			break
 		}
 		s.now = e.at
 		s.events++
+		if rp := s.reps[e.id]; rp != nil {
+			rp.dirty = true
+		} else { // a fault, or a rollout's step
+			for _, rp := range s.list {
+				rp.dirty = true
+			}
+		}
 		switch e.kind {
 		case "fault":
 			s.fault()
@@ -918,7 +1002,7 @@ func (s *sim) run(d time.Duration) string {
 				s.rollStep()
 			}
 		case "deliver":
-			id, n, _ := cutLast(e.id)
+			id, n := e.id, e.n
 			if rp := s.reps[id]; !rp.dead {
 				s.deliver(rp, n)
 				if rp.pending == nil {
@@ -927,11 +1011,11 @@ func (s *sim) run(d time.Duration) string {
 			}
 		case "expire":
 			rp := s.reps[e.id]
-			if !rp.dead && rp.led.alive && !s.clock(rp).Before(rp.led.deadline) {
-				rp.led.lose(false, s.clock(rp))
+			if !rp.dead {
+				rp.l.lose(false) // the expire timer's call
 			}
 		case "runend":
-			id, n, _ := cutLast(e.id)
+			id, n := e.id, e.n
 			rp := s.reps[id]
 			k := slices.IndexFunc(rp.runs, func(r simRun) bool { return r.n == n })
 			if k >= 0 && !rp.dead {
@@ -941,6 +1025,14 @@ func (s *sim) run(d time.Duration) string {
 				tk.cancel(nil)
 				if rp.pending == nil {
 					s.progress(rp)
+				}
+			}
+		case "land":
+			rp := s.reps[e.id]
+			if f := rp.flight; f != nil {
+				rp.flight = nil
+				if _, err := s.store.put(f.lease, f.update); err == nil {
+					s.changed()
 				}
 			}
 		case "answer":
@@ -960,10 +1052,9 @@ func (s *sim) run(d time.Duration) string {
 			if rp.pending != nil {
 				continue // the answer's event ticks again
 			}
-			rp.nextTick = s.now.Add(s.span(rp, simRetry+time.Duration(rp.rnd.Int64N(int64(jitterMax(simRetry, simRenew))+1))))
-			if rp.led.alive && !s.clock(rp).Before(rp.led.deadline) {
-				rp.led.lose(false, s.clock(rp)) // the expire timer
-			}
+			rp.nextTick = s.now.Add(s.span(rp, rp.l.period())) // RetryPeriod and its jitter, on its clock
+			rp.l.lose(false)                                   // the expire timer, if due
+
 			rp.m.newTick()
 			if s.renew(rp, true) {
 				continue // decides once the answer is in
@@ -980,6 +1071,9 @@ func (s *sim) run(d time.Duration) string {
 			if occupied[u] > 1 && s.violated == "" {
 				s.violated = fmt.Sprintf("at %v hash range %d/%d admitted or run by %v", s.now.Sub(t0), u, simUnits, a)
 			}
+		}
+		if s.store.revived != "" && s.violated == "" {
+			s.violated = fmt.Sprintf("at %v %s", s.now.Sub(t0), s.store.revived)
 		}
 		s.checkSwitch()
 		s.checkMoves(&admitted)
@@ -1023,7 +1117,7 @@ const simSwitchBound = simLease + settledTicks*simRetry + 2*simGrace + simStop +
 // simSwitchBound (checked once the faults stopped, or from the start in a
 // calm scenario).
 func (s *sim) checkSwitch() {
-	ri := s.store.recs["ring"].p.r
+	ri := s.store.recs[simRingName].p.r
 	if ri.conf.shards != s.count {
 		s.count = ri.conf.shards
 		s.switches++
@@ -1106,29 +1200,23 @@ func (s *sim) checkMoves(admitted *[simUnits]int) {
 // after ends a tick: a leaver whose shards are all released deletes its
 // membership Lease and stops; the others tick again at nextTick.
 func (s *sim) after(rp *simReplica) {
-	if rp.leaving && !rp.led.busy() {
-		rp.led.lose(true, s.clock(rp))
-		s.sent(rp, "member-"+rp.id)
-		if lands, _ := s.reach(rp); lands && rp.member.known() {
-			_ = s.store.del("member-"+rp.id, rp.member)
-			s.changed()
+	if rp.leaving {
+		if done, _ := rp.l.leaveDone(context.Background()); done {
+			rp.dead = true // Run returns
+			return
 		}
-		rp.dead = true
-		return
 	}
 	s.seq++
 	at := rp.nextTick
 	if at.Before(s.now) {
 		at = s.now
 	}
-	heap.Push(&s.q, simEvent{at: at, seq: s.seq, kind: "tick", id: rp.id})
+	s.q.push(simEvent{at: at, seq: s.seq, kind: "tick", id: rp.id})
 }
 
 // step is one decision of rp, as the loop takes it after an event.
 func (s *sim) step(rp *simReplica, tick bool) {
-	if rp.led.alive && !s.clock(rp).Before(rp.led.deadline) {
-		rp.led.lose(false, s.clock(rp))
-	}
+	rp.l.lose(false) // the expire timer, if due
 	s.decide(rp, tick)
 	s.progress(rp)
 	if s.keys != nil {
@@ -1156,7 +1244,7 @@ func (s *sim) startRuns(rp *simReplica) {
 		if rp.rnd.IntN(10) == 0 {
 			d = simGrace + time.Duration(rp.rnd.Int64N(int64(simGrace)))
 		}
-		heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: rp.id + "@" + strconv.Itoa(n)})
+		s.q.push(simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: rp.id, n: n})
 	}
 }
 
@@ -1164,6 +1252,9 @@ func (s *sim) startRuns(rp *simReplica) {
 // mostly within 300 ms, sometimes up to s.stop.
 func (s *sim) cancelled() {
 	for _, rp := range s.list {
+		if !rp.dirty { // no run of it was cancelled since its last event
+			continue
+		}
 		id := rp.id
 		for k := range rp.runs { // the draws in order of start
 			r := &rp.runs[k]
@@ -1180,20 +1271,24 @@ func (s *sim) cancelled() {
 				d = s.ignore
 			}
 			s.seq++
-			heap.Push(&s.q, simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: id + "@" + strconv.Itoa(n)})
+			s.q.push(simEvent{at: s.now.Add(d), seq: n, kind: "runend", id: id, n: n})
 		}
 	}
 }
 
-func cutLast(s string) (string, int, bool) {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '@' {
-			n, err := strconv.Atoi(s[i+1:])
-			return s[:i], n, err == nil
-		}
-	}
-	return s, 0, false
-}
+// simGC is the garbage collector's target while the simulation runs: a
+// seed's garbage is small and short-lived, and collecting it less often
+// saves a good part of the simulation's time (docs/measured.md).
+const simGC = 800
+
+// simRingSeeds is how many seeds TestSimRing runs in CI.
+const simRingSeeds = 150
+
+// simRingPinned are seeds past those that CI runs too: each draws a rare
+// interleaving. Seed 613: a replica joins again while runs of its ended
+// session are in flight (the join must wait for them). A change to the draws changes what a seed draws: find
+// the seed again by running the mutant proofs.md names over more seeds.
+var simRingPinned = []uint64{613}
 
 // simRingMinutes is the simulated time of one seed's run.
 const simRingMinutes = simFaultFor + 3*time.Minute
@@ -1203,16 +1298,25 @@ const simRingMinutes = simFaultFor + 3*time.Minute
 // instead (hours, say), from SHARDING_SIM_FROM (default 0). A failing seed
 // is named: TestSimReplay replays one (SHARDING_SIM_SEED).
 func TestSimRing(t *testing.T) {
-	seeds, budget := uint64(50), time.Duration(0)
+	seeds, budget := uint64(simRingSeeds), time.Duration(0)
 	if v, err := strconv.Atoi(os.Getenv("SHARDING_SIM_SECONDS")); err == nil {
 		seeds, budget = ^uint64(0), time.Duration(v)*time.Second
 	}
 	from, _ := strconv.ParseUint(os.Getenv("SHARDING_SIM_FROM"), 10, 64)
+	defer debug.SetGCPercent(debug.SetGCPercent(simGC))
 	start := time.Now()
 	events, n := 0, 0
-	for seed := from; seed-from < seeds; seed++ {
+	list := simRingPinned
+	if budget > 0 || from > 0 {
+		list = nil
+	}
+	for k := uint64(0); k-uint64(len(list)) < seeds || k < uint64(len(list)); k++ {
 		if budget > 0 && time.Since(start) > budget {
 			break
+		}
+		seed := from + k - uint64(len(list)) // the pinned seeds first
+		if k < uint64(len(list)) {
+			seed = list[k]
 		}
 		s := newSim(seed)
 		if v := s.run(simRingMinutes); v != "" {
@@ -1256,7 +1360,7 @@ func join(lines []string) string {
 // dump describes the store and every replica, for a failure.
 func (s *sim) dump() string {
 	out := ""
-	ri := s.store.recs["ring"].p.r
+	ri := s.store.recs[simRingName].p.r
 	out += fmt.Sprintf("  ring: shards %d generation %d target %d\n", ri.conf.shards, ri.gen, ri.target)
 	for i := range ri.conf.shards {
 		r := s.store.recs[simShardName(ri.conf.shards, i)]
@@ -1264,7 +1368,7 @@ func (s *sim) dump() string {
 	}
 	for _, id := range s.ids() {
 		rp := s.reps[id]
-		m, ok := s.store.recs["member-"+id]
+		m, ok := s.store.recs[simMemberName(id)]
 		active, draining := rp.led.states()
 		out += fmt.Sprintf("  %s (Shards %d): dead %v leaving %v alive %v session %q deadline %v active %v draining %v aliveFor %d; lease %v %q confirmed %v; cutOff %v\n",
 			id, rp.shards, rp.dead, rp.leaving, rp.led.alive, rp.led.session, rp.led.deadline.Sub(t0), active, draining, rp.m.aliveFor, ok, m.p.m.session, m.p.m.confirmed, rp.cutOff.Sub(t0))
@@ -1280,9 +1384,13 @@ type simCase struct {
 }
 
 // simCases are shrunk failures kept as regression cases: each must pass.
-// The first is TestSimShrink's failure (every cancelled run returning two
+// The first was TestSimShrink's failure (every cancelled run returning two
 // LeaseDurations late) shrunk from 9 faults: it passes under the timing
-// assumption, and shows the printed form compiles and replays.
+// assumption, and shows the printed form compiles and replays. Each was
+// drawn by an earlier version of the simulation: a change to the draws
+// (what a step draws, how often a replica decides) changes the
+// interleaving a plan replays, so a case may no longer show the failure
+// its comment names.
 var simCases = []simCase{
 	{seed: 1, faults: []simFault{
 		{at: 20589875431, kind: "join", id: "r03", d: 0},                // 20.589875431s join r03
@@ -1430,6 +1538,7 @@ func TestSimCases(t *testing.T) {
 // and checks that a plan replayed whole fails as drawn and that shrinking
 // leaves a shorter plan that still fails the same way.
 func TestSimShrink(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(simGC))
 	const ignore = 2 * simLease
 	for seed := uint64(0); seed < 20; seed++ {
 		s := newSim(seed)

@@ -18,7 +18,13 @@ import (
 // A decision has two halves, because the runs' ledger adopts the view in
 // between, under its lock (ledger.adopt: the session's deadline timer may
 // end the session at any instant, and the ledger alone decides what a
-// shard's state is then):
+// shard's state is then). Adoption stays out of the machine on purpose: a
+// decision of it made here, on the session as read before, could reach
+// the ledger after the timer ended that session, and carried out then
+// would hold again a shard the timer has just freed; so the ledger would
+// have to check again, under its lock, that the session is still the one
+// decided for, and decide again otherwise: the decision twice, for a
+// second lock and a copy of the shard states per decision.
 //
 //  1. check: a refusal of the ring, and the members to fence. The
 //     executor fences them, and drops those it fenced from the view.
