@@ -462,8 +462,8 @@ func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Bala
 		t.Logf("FIGURES balance=%s %s: %s; %d moves (%s); steady window %v: replica load (handler s/min) max %.1f (%s, %d shards), mean %.1f, heaviest shard %.1f, max/mean %.2f, max/bound %.2f; %d moves in the window (%.0f/h extrapolated); trailing-minute max/bound ≤ %.2f from %s; shards per replica %v; loadavg %s → %s",
 			mode, name, converged, len(moves), rebal, to.Sub(from).Round(time.Second), maxLoad, top, counts[top], l.mean(), slices.Max(l.shard),
 			maxLoad/l.mean(), maxLoad/l.bound(), steadyMoves, float64(steadyMoves)/to.Sub(from).Hours(), lbBand, within, counts, before, loadavg())
-		rows = append(rows, fmt.Sprintf("| %s | %s | %d, largest %.1f%% of objects | %.2f | %.2f | %d in %v | %s | %s → %s |",
-			name, converged, len(moves), 100*worst, maxLoad/l.mean(), maxLoad/l.bound(), steadyMoves, to.Sub(from).Round(time.Second), within, before, loadavg()))
+		rows = append(rows, fmt.Sprintf("| %s | %s | %d, largest %.1f%% of objects | %.0f / %.0f / %.0f | %.2f | %.2f | %d in %v | %s | %s → %s |",
+			name, converged, len(moves), 100*worst, maxLoad, l.mean(), slices.Max(l.shard), maxLoad/l.mean(), maxLoad/l.bound(), steadyMoves, to.Sub(from).Round(time.Second), within, before, loadavg()))
 	}
 	phase("start", start, settled, *lbFirstWait) // the shards first taken are no moves
 
@@ -486,7 +486,7 @@ func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Bala
 	phase("load shift", shifted, shifted, lbWindow)
 
 	g.checkAllRan(time.Now())
-	t.Logf("FIGURES balance=%s, %d replicas, %d workers each, loadavg %s at the start:\n| phase | converged | moves, largest rebalance | max/mean | max/bound | moves in the steady window | trailing-minute max/bound ≤ %.2f | loadavg |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n%s",
+	t.Logf("FIGURES balance=%s, %d replicas, %d workers each, loadavg %s at the start:\n| phase | converged | moves, largest rebalance | load (s/min): max / mean / heaviest shard | max/mean | max/bound | moves in the steady window | trailing-minute max/bound ≤ %.2f | loadavg |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n%s",
 		mode, lbReplicas, lbWorkers, loadStart, lbBand, strings.Join(rows, "\n"))
 }
 
