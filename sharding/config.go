@@ -199,6 +199,13 @@ const (
 	BalanceLoad
 )
 
+// defaultByLoad is what BalanceDefault means: balance by load
+// (docs/contract.md "Balance" says why).
+const defaultByLoad = false
+
+// byLoad reports whether a replica configured with b balances by load.
+func (b Balance) byLoad() bool { return b == BalanceLoad || b == BalanceDefault && defaultByLoad }
+
 // validate checks cfg and returns it with its defaults filled in. Each
 // error names the field at fault.
 func (cfg Config) validate() (Config, error) {

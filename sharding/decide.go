@@ -87,6 +87,9 @@ type balance struct {
 	ids    []string       // the members that count, sorted by identity
 	held   map[string]int // shards held, by identity
 	free   []int          // the free shards, in order
+	// byLoad is set while the ring balances by load (planLoad): a shard
+	// released for its planned taker goes to it whatever its count.
+	byLoad bool
 }
 
 // balanceOf computes the shares of a ring of shards shards from v.
@@ -177,7 +180,7 @@ func (b balance) dealNeed(v *view) ([][]int, []int) {
 		case !counted && m.rejoined: // kept until its session counts
 		case !counted:
 			rest = append(rest, i)
-		case need[k] > 0:
+		case need[k] > 0 || b.byLoad:
 			out[k] = append(out[k], i)
 			need[k]--
 		default:
@@ -185,7 +188,7 @@ func (b balance) dealNeed(v *view) ([][]int, []int) {
 		}
 	}
 	for k := range out {
-		n := min(need[k], len(rest))
+		n := min(max(need[k], 0), len(rest))
 		out[k] = append(out[k], rest[:n]...)
 		need[k] -= n
 		rest = rest[n:]

@@ -56,6 +56,11 @@ func (l *loop) carryOut(ctx context.Context, a actions) {
 		klog.V(2).InfoS("sharding: handing shards over", "ring", l.cfg.Name, "identity", l.cfg.Identity, "shards", a.drain)
 		l.runs.drain(a.drain, a.graceEnd)
 	}
+	if f := l.cfg.Metrics.Moves; f != nil {
+		for _, c := range a.moved {
+			inc(f(c))
+		}
+	}
 	for _, w := range a.acquire {
 		l.acquire(ctx, w)
 	}
@@ -115,6 +120,7 @@ func (l *loop) acquire(ctx context.Context, w acquireWrite) {
 	}
 	l.ring.upsert(out) // our write, from the server's answer
 	l.runs.acquired(w.i, w.session)
+	l.runs.seedWork(w.i, w.work)
 	inc(l.cfg.Metrics.Gained)
 	klog.V(2).InfoS("sharding: acquired a shard", "ring", l.cfg.Name, "identity", l.cfg.Identity, "shard", w.i)
 }
@@ -334,17 +340,18 @@ func (l *loop) admitted() {
 	klog.V(2).InfoS("sharding: admitted shards changed", "ring", l.cfg.Name, "identity", l.cfg.Identity, "admitted", now, "gained", gained, "lost", lost)
 	gone := l.runs.dropGone(lost)
 	if inf := l.primaryInformer(); inf != nil {
-		each := func(shards []int, do func(key string)) {
+		each := func(shards []int, do func(s int, key string)) {
 			for _, s := range shards {
 				for _, obj := range inf.ByShard(s) {
 					if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-						do(key)
+						do(s, key)
 					}
 				}
 			}
 		}
-		each(lost, func(key string) { l.cfg.Queue.Remove(key) })
-		each(gained, l.cfg.Queue.Add)
+		each(lost, func(_ int, key string) { l.cfg.Queue.Remove(key) })
+		at := time.Now()
+		each(gained, func(s int, key string) { l.cfg.Queue.Add(key); l.runs.queued(s, at, key) })
 	}
 	for _, k := range gone {
 		l.cfg.Queue.Remove(k)

@@ -47,7 +47,8 @@ func (b *ledger) setFilled(filled []bool, gen int) {
 }
 
 // dropGone forgets the deleted keys of the given shards that are no longer
-// active, and returns them (for the queue's Remove).
+// active, and their pending keys (load.go), and returns the deleted keys
+// (for the queue's Remove).
 func (b *ledger) dropGone(lost []int) []string {
 	if len(lost) == 0 {
 		return nil
@@ -57,6 +58,9 @@ func (b *ledger) dropGone(lost []int) []string {
 	in := make([]bool, len(b.state))
 	for _, i := range lost {
 		in[i] = true
+		if b.pending.at != nil && b.state[i].state != shardActive {
+			b.pending.drop(i) // the queue's keys of it are removed
+		}
 	}
 	var out []string
 	for k, s := range b.gone {

@@ -161,6 +161,9 @@ type ring struct {
 	// goroutines).
 	blocks  func(id string) bool
 	workers int // per replica; 0 means the constant workers
+	// cost, if set, is how long a run of a key of shard s takes (else
+	// workTime).
+	cost func(s int) time.Duration
 	// clientFilter makes the replicas' ListerWatchers ignore the shard
 	// selector, as a server with the ShardedListAndWatch gate off does.
 	clientFilter bool
@@ -331,7 +334,11 @@ func (rg *ring) start(kill bool) string {
 			return nil
 		}
 		gen := obj.(*appsv1.Deployment).Generation
-		work := time.After(workTime)
+		took := workTime
+		if rg.cost != nil {
+			took = rg.cost(in.Index)
+		}
+		work := time.After(took)
 		if rg.block || rg.blocks != nil && rg.blocks(id) {
 			work = nil
 		}

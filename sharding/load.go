@@ -28,3 +28,203 @@ type memberLoad struct {
 	held    []heldShard
 	workers int
 }
+
+// The work of a shard is measured as the handler time of its runs, summed
+// in a ring of loadBuckets buckets of loadBucket each (the bucket of a
+// run's end): the window's sum is exact to within one bucket, costs one
+// addition per run under the ledger's lock, and forgets a burst entirely
+// loadWindow later. An EWMA would cost the same per run but never forget
+// a burst, and its value depends on when it is read; a per-second ring
+// would cost sixty words per shard for no gain at this precision.
+const (
+	loadBuckets = 6
+	loadBucket  = loadWindow / loadBuckets
+)
+
+// workMeter is one shard's work, by bucket. epoch[k] is the bucket
+// number (time since the Unix epoch / loadBucket) that sum[k] counts.
+type workMeter struct {
+	sum   [loadBuckets]time.Duration
+	epoch [loadBuckets]int64
+}
+
+func bucketOf(t time.Time) int64 { return t.UnixNano() / int64(loadBucket) }
+
+// add counts d of work ending at now.
+func (w *workMeter) add(d time.Duration, now time.Time) {
+	e := bucketOf(now)
+	k := int(e % loadBuckets)
+	if w.epoch[k] != e {
+		w.epoch[k], w.sum[k] = e, 0
+	}
+	w.sum[k] += d
+}
+
+// total is the work of the buckets within loadWindow of now.
+func (w *workMeter) total(now time.Time) time.Duration {
+	e := bucketOf(now)
+	var t time.Duration
+	for k := range w.sum {
+		if e-w.epoch[k] < loadBuckets {
+			t += w.sum[k]
+		}
+	}
+	return t
+}
+
+// pendingKeys are the keys the replica added to the queue (its event
+// handler, and the keys of a shard it gains) whose run has not begun
+// since: a shard's ready keys and the age of the oldest, counted by the
+// replica rather than asked of the queue, because no queue says when a
+// key became ready, and asking it by shard would cost a walk of its keys.
+// Each add and each run's begin cost one map operation under the ledger's
+// lock; the oldest is found by popping stale entries off a per-shard
+// FIFO, amortised O(1). Keys the controller adds itself (AddRateLimited
+// after an error) are not counted: a retry waits for its deadline, and
+// is not part of the backlog of new work.
+type pendingKeys struct {
+	at   map[string]pendingKey
+	fifo [][]pendingEntry // by shard, in order of addition
+	n    []int            // by shard, the keys pending
+}
+
+type pendingKey struct {
+	shard int
+	at    time.Time
+}
+
+type pendingEntry struct {
+	key string
+	at  time.Time
+}
+
+func (p *pendingKeys) init(shards int) {
+	p.at = make(map[string]pendingKey)
+	p.fifo = make([][]pendingEntry, shards)
+	p.n = make([]int, shards)
+}
+
+// add records key, of shard s, added at now; a key already pending keeps
+// its first time (the queue coalesces it).
+func (p *pendingKeys) add(key string, s int, now time.Time) {
+	if _, ok := p.at[key]; ok {
+		return
+	}
+	p.at[key] = pendingKey{shard: s, at: now}
+	p.fifo[s] = append(p.fifo[s], pendingEntry{key: key, at: now})
+	p.n[s]++
+	if len(p.fifo[s]) > 2*p.n[s]+64 { // stale entries: keep the FIFO within twice the keys
+		p.compact(s)
+	}
+}
+
+// begun forgets key: its run began.
+func (p *pendingKeys) begun(key string) {
+	if k, ok := p.at[key]; ok {
+		delete(p.at, key)
+		p.n[k.shard]--
+	}
+}
+
+// drop forgets the keys of shard s (no longer admitted: the queue's keys
+// of it were removed).
+func (p *pendingKeys) drop(s int) {
+	for _, e := range p.fifo[s] {
+		if k, ok := p.at[e.key]; ok && k.shard == s {
+			delete(p.at, e.key)
+		}
+	}
+	p.fifo[s], p.n[s] = nil, 0
+}
+
+func (p *pendingKeys) live(s int, e pendingEntry) bool {
+	k, ok := p.at[e.key]
+	return ok && k.shard == s && k.at.Equal(e.at)
+}
+
+func (p *pendingKeys) compact(s int) {
+	out := p.fifo[s][:0]
+	for _, e := range p.fifo[s] {
+		if p.live(s, e) {
+			out = append(out, e)
+		}
+	}
+	clear(p.fifo[s][len(out):])
+	p.fifo[s] = out
+}
+
+// ready returns shard s's pending keys and the age of the oldest at now.
+func (p *pendingKeys) ready(s int, now time.Time) (int, time.Duration) {
+	f := p.fifo[s]
+	for len(f) > 0 && !p.live(s, f[0]) {
+		f[0] = pendingEntry{}
+		f = f[1:]
+	}
+	p.fifo[s] = f
+	if len(f) == 0 {
+		return p.n[s], 0
+	}
+	return p.n[s], max(0, now.Sub(f[0].at))
+}
+
+// measured returns the load of the given held shards at now, under the
+// ledger's lock: work over loadWindow, ready keys and the oldest's age.
+// A shard held for less than loadWindow (since heldFrom) reports its
+// measured work plus its seed's share of the window not yet measured
+// (the work its previous holder reported, seedWork), or, without a seed,
+// its measured work scaled up to the window (from at least one bucket):
+// a move must not make a shard look idle to the balance for a minute.
+func (b *ledger) measured(held []int, now time.Time) []shardLoad {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]shardLoad, len(held))
+	if b.work == nil {
+		return out
+	}
+	for k, s := range held {
+		w := b.work[s].total(now)
+		if age := now.Sub(b.since[s]); age < loadWindow && !b.since[s].IsZero() {
+			if b.seed[s] > 0 {
+				w += time.Duration(float64(b.seed[s]) * float64(loadWindow-age) / float64(loadWindow))
+			} else {
+				w = time.Duration(float64(w) * float64(loadWindow) / float64(max(age, loadBucket)))
+			}
+		}
+		out[k].work = w
+		out[k].ready, out[k].oldest = b.pending.ready(s, now)
+	}
+	return out
+}
+
+// heldFrom starts shard s's measure at now: it was not held at the last
+// observation. Work counted before (an earlier holding) is forgotten.
+func (b *ledger) heldFrom(s int, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.work != nil {
+		b.work[s], b.since[s] = workMeter{}, now
+	}
+}
+
+// seedWork sets the work shard s's previous holder reported (0: unknown),
+// read when the shard is acquired (acquireWrite.work).
+func (b *ledger) seedWork(s int, work time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seed != nil {
+		b.seed[s] = work
+	}
+}
+
+// queued records keys of shard s that the replica added to the queue at
+// now.
+func (b *ledger) queued(s int, now time.Time, keys ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending.at == nil {
+		return
+	}
+	for _, k := range keys {
+		b.pending.add(k, s, now)
+	}
+}

@@ -1,7 +1,9 @@
 package sharding
 
 import (
+	"math"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -27,5 +29,118 @@ func TestReportRoundTrip(t *testing.T) {
 		{shard: 3, state: stateDraining, objects: 2, known: true, load: shardLoad{work: 10 * time.Millisecond}}}
 	if !reflect.DeepEqual(got, want) || w != 0 {
 		t.Errorf("parseReport = %+v, %d; want %+v, 0", got, w, want)
+	}
+}
+
+// TestReportSize states the report's bound: at most reportEntryMax bytes
+// per held shard (every number at its largest), and its size at 1,024
+// shards, worst case, under the API server's 256 KiB for all of an
+// object's annotations.
+func TestReportSize(t *testing.T) {
+	const shards = 1024
+	held := make([]heldShard, shards)
+	for i := range held {
+		held[i] = heldShard{shard: i, state: stateAdmitted, objects: math.MaxInt, known: true,
+			load: shardLoad{work: math.MaxInt64, ready: math.MaxInt, oldest: math.MaxInt64}}
+	}
+	v := reportOf(held, math.MaxInt)
+	per := (len(v) - len("w:"+strconv.Itoa(math.MaxInt))) / shards
+	if per > reportEntryMax {
+		t.Errorf("%d bytes per held shard at worst, stated %d", per, reportEntryMax)
+	}
+	if len(v) > 256<<10 {
+		t.Errorf("report of %d shards is %d bytes, over the 256 KiB of an object's annotations", shards, len(v))
+	}
+	// A realistic one: 1,024 shards of 100 objects, a second of work, 10
+	// keys ready for 5 s.
+	for i := range held {
+		held[i] = heldShard{shard: i, state: stateAdmitted, objects: 100, known: true,
+			load: shardLoad{work: time.Second, ready: 10, oldest: 5 * time.Second}}
+	}
+	t.Logf("FIGURES report: worst %d bytes per shard, %d at 1,024 shards; typical %d bytes at 1,024 shards",
+		per, len(v), len(reportOf(held, 8)))
+}
+
+func TestWorkMeter(t *testing.T) {
+	var w workMeter
+	at := time.Unix(1000*int64(loadWindow/time.Second), 0) // a bucket's start
+	w.add(time.Second, at)
+	w.add(2*time.Second, at.Add(loadBucket))
+	if got := w.total(at.Add(loadBucket)); got != 3*time.Second {
+		t.Errorf("total %v, want 3s", got)
+	}
+	// The first bucket leaves the window loadWindow after it began.
+	if got := w.total(at.Add(loadWindow)); got != 2*time.Second {
+		t.Errorf("total a window later %v, want 2s (the first bucket forgotten)", got)
+	}
+	if got := w.total(at.Add(loadWindow + loadBucket)); got != 0 {
+		t.Errorf("total after both left %v, want 0", got)
+	}
+	// A bucket reused a window later starts from zero.
+	w.add(time.Second, at.Add(loadWindow))
+	if got := w.total(at.Add(loadWindow)); got != 3*time.Second {
+		t.Errorf("total %v, want 3s (2s, and the reused bucket's 1s)", got)
+	}
+}
+
+func TestPendingKeys(t *testing.T) {
+	var p pendingKeys
+	p.init(2)
+	at := time.Unix(0, 0)
+	p.add("a", 0, at)
+	p.add("b", 0, at.Add(time.Second))
+	p.add("a", 0, at.Add(2*time.Second)) // coalesced: keeps its first time
+	p.add("c", 1, at.Add(time.Second))
+	if n, old := p.ready(0, at.Add(3*time.Second)); n != 2 || old != 3*time.Second {
+		t.Errorf("shard 0: %d ready, oldest %v; want 2, 3s", n, old)
+	}
+	p.begun("a")
+	if n, old := p.ready(0, at.Add(3*time.Second)); n != 1 || old != 2*time.Second {
+		t.Errorf("shard 0 after a began: %d ready, oldest %v; want 1, 2s", n, old)
+	}
+	p.add("a", 0, at.Add(4*time.Second))
+	p.begun("b")
+	if n, old := p.ready(0, at.Add(5*time.Second)); n != 1 || old != time.Second {
+		t.Errorf("shard 0: %d ready, oldest %v; want 1 (a again), 1s", n, old)
+	}
+	p.drop(0)
+	if n, old := p.ready(0, at.Add(5*time.Second)); n != 0 || old != 0 {
+		t.Errorf("shard 0 dropped: %d ready, oldest %v; want 0, 0", n, old)
+	}
+	if n, _ := p.ready(1, at.Add(5*time.Second)); n != 1 {
+		t.Errorf("shard 1: %d ready, want 1 (another shard's drop leaves it)", n)
+	}
+	// Keys that come and go keep the FIFO within its bound.
+	for i := range 10000 {
+		k := strconv.Itoa(i)
+		p.add(k, 1, at)
+		p.begun(k)
+	}
+	if len(p.fifo[1]) > 2*p.n[1]+64 {
+		t.Errorf("FIFO of %d entries for %d keys", len(p.fifo[1]), p.n[1])
+	}
+}
+
+func TestLedgerMeasured(t *testing.T) {
+	var b ledger
+	b.init(3)
+	at := time.Unix(1000*int64(loadWindow/time.Second), 0)
+	for _, s := range []int{0, 1} {
+		b.heldFrom(s, at)
+	}
+	b.heldFrom(2, at.Add(-loadWindow)) // held for longer than the window
+	b.seedWork(1, 30*time.Second)
+	for _, s := range []int{0, 1, 2} {
+		b.work[s].add(time.Second, at.Add(5*time.Second))
+	}
+	now := at.Add(loadWindow / 2)
+	got := b.measured([]int{0, 1}, now)
+	// Half a window held: shard 0, unseeded, is scaled up to the window;
+	// shard 1 gets half its seed.
+	if got[0].work != 2*time.Second || got[1].work != time.Second+15*time.Second {
+		t.Errorf("half a window in: %v, %v; want 2s (scaled) and 16s (1s + half the 30s seed)", got[0].work, got[1].work)
+	}
+	if got := b.measured([]int{2}, now); got[0].work != time.Second {
+		t.Errorf("held for over a window: %v, want 1s as measured", got[0].work)
 	}
 }

@@ -63,7 +63,7 @@ func newLoop(r *Replica) *loop {
 		Replica: r,
 		m: newMachine(machineConf{self: cfg.Identity, ring: cfg.Name, namespace: cfg.Namespace,
 			own: ringConf{shards: r.shards, field: r.field}, leaseDuration: cfg.LeaseDuration,
-			handoffWait: cfg.HandoffTimeout, grace: cfg.GracePeriod}),
+			handoffWait: cfg.HandoffTimeout, grace: cfg.GracePeriod, balance: cfg.Balance}),
 		// Seeded by the replica's identity: distinct replicas drift
 		// apart, and a test in simulated time replays the same periods.
 		jitter: rand.New(rand.NewPCG(Hash(cfg.Name), Hash(cfg.Identity))),

@@ -88,6 +88,12 @@ type Metrics struct {
 	// shard: every held shard listed again). A list's later pages are not
 	// counted.
 	Lists func(resource, cause string) Counter
+	// Moves counts the planned moves of shards away from this replica,
+	// when their drain begins, by cause: "join" (the taker held no shard:
+	// a newcomer), "leave" (this replica leaves), "count" (the balance by
+	// count) or "load" (the balance by load, Config.Balance). A shard lost
+	// with a lapsed session, or freed by a fence, is no planned move.
+	Moves func(cause string) Counter
 
 	// PerShard, if set, is told of each shard the replica holds, and
 	// only those: across the ring there is one series per shard, O(S),
@@ -146,9 +152,15 @@ const (
 // shard's shardLoad in milliseconds, keys and milliseconds; and one entry
 // w:<workers>, the replica's workers (memberLoad). An entry of three
 // fields (a replica that measures no load) has an unknown load. It is
-// at most about 30 bytes per held shard and is written with the
-// renewals, never on its own.
+// about 20 bytes per held shard, reportEntryMax at most (every number at
+// its largest: 74 KiB at 1,024 shards, under the API server's 256 KiB for
+// all annotations), and is written with the renewals, never on its own.
 const AnnotationReport = "sharding.go-coalesce.io/report"
+
+// reportEntryMax is the most bytes an entry of AnnotationReport takes,
+// with its separator: a shard index under 1,024, and the other five
+// numbers at their largest.
+const reportEntryMax = 75
 
 // heldShard is one held shard as observe saw it, or as a member's report
 // says it (known is false for an entry without load).
@@ -175,7 +187,7 @@ type observer struct {
 
 // observe refreshes the per-shard view and the report after the loop's
 // sync: the shards held, their states, and (at most once per RetryPeriod,
-// or when a state changed) their objects.
+// or when a state changed) their objects and load (load.go).
 func (o *observer) observe(runs *ledger, inf *informer) {
 	active, draining := runs.states()
 	admitted := runs.active()
@@ -187,8 +199,9 @@ func (o *observer) observe(runs *ledger, inf *informer) {
 		prev[h.shard] = h
 	}
 	add := func(s int, state string) {
-		h := heldShard{shard: s, state: state, objects: prev[s].objects}
-		if p, ok := prev[s]; !ok || p.state != state {
+		p := prev[s]
+		h := heldShard{shard: s, state: state, objects: p.objects, load: p.load, known: p.known}
+		if _, ok := prev[s]; !ok || p.state != state {
 			refresh = true
 		}
 		held = append(held, h)
@@ -204,6 +217,18 @@ func (o *observer) observe(runs *ledger, inf *informer) {
 		add(s, stateDraining)
 	}
 	slices.SortFunc(held, func(a, b heldShard) int { return a.shard - b.shard })
+	ids := make([]int, len(held))
+	for i, h := range held {
+		ids[i] = h.shard
+		if _, ok := prev[h.shard]; !ok {
+			runs.heldFrom(h.shard, now)
+		}
+	}
+	if refresh { // the load at the same pace as the objects: once per RetryPeriod
+		for i, l := range runs.measured(ids, now) {
+			held[i].load, held[i].known = l, true
+		}
+	}
 	if refresh && inf != nil {
 		o.objectsAt = now
 		for i := range held {
@@ -214,7 +239,7 @@ func (o *observer) observe(runs *ledger, inf *informer) {
 		now := make(map[int]bool, len(held))
 		for _, h := range held {
 			now[h.shard] = true
-			if p, ok := prev[h.shard]; !ok || p != h || refresh {
+			if p, ok := prev[h.shard]; !ok || p.state != h.state || p.objects != h.objects || refresh {
 				m.SetShard(h.shard, h.state == stateAdmitted, h.objects)
 			}
 		}

@@ -62,6 +62,7 @@ func (c *counters) metrics() sharding.Metrics {
 		Lists: func(resource, cause string) sharding.Counter {
 			return counter{c, "lists/" + resource + "/" + cause}
 		},
+		Moves:    func(cause string) sharding.Counter { return counter{c, "moves/" + cause} },
 		PerShard: c,
 	}
 }

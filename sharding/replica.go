@@ -357,7 +357,7 @@ func (r *Replica) Handler(handle func(ctx context.Context, key string) error) fu
 			return nil
 		}
 		defer func() {
-			poke := r.runs.end(tk, err)
+			poke := r.runs.end(tk, err, time.Now())
 			tk.cancel(nil)
 			if poke {
 				r.poke()
@@ -436,8 +436,10 @@ func (r *Replica) eventHandler() cache.ResourceEventHandler {
 		if err != nil {
 			return
 		}
-		if r.runs.event(key, s, deleted, time.Now()) && !r.cfg.SkipEventKeys {
+		now := time.Now()
+		if r.runs.event(key, s, deleted, now) && !r.cfg.SkipEventKeys {
 			r.cfg.Queue.Add(key)
+			r.runs.queued(s, now, key)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{

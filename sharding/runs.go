@@ -65,6 +65,14 @@ type ledger struct {
 	// lapsed[s] is when the session ended while shard s was held (zero
 	// if it was not, or s was held again since): see keepWarm.
 	lapsed []time.Time
+	// work and pending are the shards' load as it is measured (load.go):
+	// the handler time of their runs, and the keys waiting for a run.
+	// since[s] is when shard s was first observed held, and seed[s] the
+	// work its previous holder reported when it was acquired.
+	work    []workMeter
+	since   []time.Time
+	seed    []time.Duration
+	pending pendingKeys
 }
 
 func (b *ledger) init(shards int) {
@@ -73,6 +81,10 @@ func (b *ledger) init(shards int) {
 	b.gone = make(map[string]int)
 	b.filled = make([]bool, shards)
 	b.lapsed = make([]time.Time, shards)
+	b.work = make([]workMeter, shards)
+	b.since = make([]time.Time, shards)
+	b.seed = make([]time.Duration, shards)
+	b.pending.init(shards)
 }
 
 // admitsLocked reports whether keys of shard s may start running at now:
@@ -133,6 +145,7 @@ type ticket struct {
 	shard int
 	key   string
 	found bool // the key's object was in the store at begin
+	start time.Time
 	// ctx is the run's context, which lose, adopt and drainScan cancel;
 	// cancel is for the caller, once the run has returned and end has
 	// recorded it.
@@ -145,7 +158,7 @@ type ticket struct {
 func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now time.Time) (ticket, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tk := ticket{shard: s, key: key, found: found}
+	tk := ticket{shard: s, key: key, found: found, start: now}
 	if !found {
 		if tk.shard, found = b.gone[key]; !found {
 			return ticket{}, false
@@ -160,17 +173,24 @@ func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now t
 	b.flight[tk.id] = run{shard: tk.shard, cancel: tk.cancel}
 	b.state[tk.shard].inflight++
 	b.inflight++
+	if b.pending.at != nil {
+		b.pending.begun(key)
+	}
 	return tk, true
 }
 
-// end records the end of run tk, which returned err. A deleted key (not
-// found at begin) whose run succeeded is forgotten. It reports whether the
+// end records the end of run tk, which returned err at now, and counts
+// its time as its shard's work (load.go). A deleted key (not found at
+// begin) whose run succeeded is forgotten. It reports whether the
 // loop waits for this: the shard's last run while it drains, or the last
 // run while the session is over or the replica leaving.
-func (b *ledger) end(tk ticket, err error) (poke bool) {
+func (b *ledger) end(tk ticket, err error, now time.Time) (poke bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := tk.shard
+	if b.work != nil {
+		b.work[s].add(max(0, now.Sub(tk.start)), now)
+	}
 	delete(b.flight, tk.id)
 	b.state[s].inflight--
 	b.inflight--

@@ -535,6 +535,7 @@ func (s *sim) decide(rp *simReplica, tick bool) {
 		}
 		s.apply(rp, p, ref)
 		rp.led.acquired(w.i, w.session)
+		rp.led.seedWork(w.i, w.work)
 	}
 }
 
@@ -909,7 +910,7 @@ func (s *sim) run(d time.Duration) string {
 			if k >= 0 && !rp.dead {
 				tk := rp.runs[k].tk
 				rp.runs = slices.Delete(rp.runs, k, k+1)
-				rp.led.end(tk, nil)
+				rp.led.end(tk, nil, s.clock(rp))
 				tk.cancel(nil)
 				if rp.pending == nil {
 					s.progress(rp)

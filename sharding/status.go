@@ -51,6 +51,48 @@ type Status struct {
 	Members []MemberStatus `json:"members"`
 	// Shards are the ring's shards, by index.
 	Shards []ShardStatus `json:"shards"`
+	// Balance is the ring's balance as this replica plans it from its
+	// view (every replica with the same view plans the same).
+	Balance BalanceStatus `json:"balance"`
+}
+
+// BalanceStatus is the ring's plan of moves and why it is what it is
+// (Config.Balance, docs/contract.md "Balance").
+type BalanceStatus struct {
+	// By is "load" or "count"; Fallback, when by count, says why (the
+	// Config, a member that publishes no load, nothing measured).
+	By       string `json:"by"`
+	Fallback string `json:"fallback,omitempty"`
+	// Mean is the counted members' mean load (work per minute), Heaviest
+	// the heaviest shard's, Bound the band's top: 1.15 × the larger. Gain
+	// is the least a move must lower the larger of its two members' loads
+	// by (the hysteresis).
+	Mean     time.Duration `json:"meanNanos"`
+	Heaviest time.Duration `json:"heaviestNanos"`
+	Bound    time.Duration `json:"boundNanos"`
+	Gain     time.Duration `json:"gainNanos"`
+	// InFlight are the moves begun and not yet taken, Budget how many
+	// may be at once.
+	InFlight int `json:"inFlight"`
+	Budget   int `json:"budget"`
+	// Moves are the moves planned now; Held why no further one is:
+	// "band" (every member within the band), "hysteresis" (no move gains
+	// Gain), "budget" (Budget moves in flight) or "unmeasured" (a shard
+	// held or in flight has no report yet).
+	Moves []MoveStatus `json:"moves,omitempty"`
+	Held  string       `json:"held,omitempty"`
+}
+
+// MoveStatus is one planned move: the shard, its holder and its taker, the
+// shard's work, and the cause ("join", "leave", "count" or "load"; "" for
+// a move by load in flight: its taker has synced the shard, or it is
+// released for it).
+type MoveStatus struct {
+	Shard int           `json:"shard"`
+	From  string        `json:"from"`
+	To    string        `json:"to"`
+	Work  time.Duration `json:"workNanos"`
+	Cause string        `json:"cause"`
 }
 
 // MemberStatus is one membership Lease as the replica's watch has it.
@@ -78,6 +120,13 @@ type MemberStatus struct {
 	// count yet); Held the shards whose Lease names it in its session.
 	Share int `json:"share"`
 	Held  int `json:"held"`
+	// Load is the work of the shards it holds (per minute, as their
+	// holders report it), once the moves in flight are done; OverBound
+	// is true when that is over BalanceStatus.Bound. Workers are its
+	// workers as it reports them (0: not reported).
+	Load      time.Duration `json:"loadNanos"`
+	OverBound bool          `json:"overBound,omitempty"`
+	Workers   int           `json:"workers,omitempty"`
 }
 
 // ShardStatus is one shard of the ring.
@@ -117,6 +166,18 @@ type ShardStatus struct {
 	// "filling", "draining", "warm" (not held: its session lapsed and its
 	// cache is kept), or "".
 	Local string `json:"local,omitempty"`
+	// LoadKnown is true when a report gives the shard's load: Work, its
+	// handlers' time over the last minute, Ready its keys waiting in the
+	// queue and Oldest the oldest's wait (its holder's report; for a
+	// free shard, the last one that listed it).
+	LoadKnown bool          `json:"loadKnown"`
+	Work      time.Duration `json:"workNanos"`
+	Ready     int           `json:"ready"`
+	Oldest    time.Duration `json:"oldestNanos"`
+	// MoveTo is the member the plan moves the shard to ("" none), and
+	// MoveCause why.
+	MoveTo    string `json:"moveTo,omitempty"`
+	MoveCause string `json:"moveCause,omitempty"`
 }
 
 // status is Status at now.
@@ -146,13 +207,16 @@ func (r *Replica) status(now time.Time) Status {
 	for k, id := range b.ids {
 		share[id] = b.share(k)
 	}
+	bs, to, causes, lp := balanceStatus(&v, b, r.cfg.Balance)
+	st.Balance = bs
 	reports := make(map[string]map[int]heldShard, len(v.members))
 	for id, m := range v.members {
 		ms := MemberStatus{
 			Identity: id, Session: m.session, Confirmed: m.confirmed,
 			SessionStart: m.started, Renewed: m.renewed, Seen: m.at,
 			Live:  m.confirmed && now.Sub(m.at) < r.cfg.RenewDeadline,
-			Share: share[id], Held: b.held[id],
+			Share: share[id], Held: b.held[id], Workers: m.load.workers,
+			Load: lp.loads[id], OverBound: bs.By == "load" && lp.loads[id] > lp.bound,
 		}
 		st.Members = append(st.Members, ms)
 		rep := make(map[int]heldShard)
@@ -205,6 +269,12 @@ func (r *Replica) status(now time.Time) Status {
 		} else if _, ok := warm[i]; ok {
 			ss.Local = stateWarm
 		}
+		ss.LoadKnown, ss.Work, ss.MoveTo, ss.MoveCause = lp.known[i], lp.work[i], to[i], causes[i]
+		if h, ok := local[i]; ok && s.holder == r.cfg.Identity {
+			ss.Ready, ss.Oldest = h.load.ready, h.load.oldest
+		} else if h, ok := reports[s.holder][i]; ok {
+			ss.Ready, ss.Oldest = h.load.ready, h.load.oldest
+		}
 		st.Shards = append(st.Shards, ss)
 	}
 	return st
@@ -223,4 +293,41 @@ func (r *Replica) warmShards(held []int, now time.Time) map[int]time.Time {
 		}
 	}
 	return out
+}
+
+// balanceStatus is the plan that a replica configured with balance
+// computes from v (machine.plan), for Status: the plan, by shard its
+// taker and cause, and the plan by load (its work and loads, if by load).
+func balanceStatus(v *view, b balance, balance Balance) (BalanceStatus, []string, []string, loadPlan) {
+	m := machine{conf: machineConf{balance: balance}, work: make([]time.Duration, len(v.shards))}
+	to, causes := m.plan(v, &b)
+	lp := m.plans.load
+	if lp.loads == nil { // by count: the loads as they are, for the page
+		lp.loads = make(map[string]time.Duration)
+		var total time.Duration
+		for i, s := range v.shards {
+			if holds(v, s) {
+				lp.loads[s.holder] += lp.work[i]
+			}
+			total += lp.work[i]
+			lp.heaviest = max(lp.heaviest, lp.work[i])
+		}
+		if len(b.ids) > 0 {
+			lp.mean = total / time.Duration(len(b.ids))
+		}
+	}
+	bs := BalanceStatus{By: "count", Fallback: lp.fallback, Mean: lp.mean, Heaviest: lp.heaviest}
+	if lp.fallback == "" {
+		bs = BalanceStatus{By: "load", Mean: lp.mean, Heaviest: lp.heaviest, Bound: lp.bound,
+			Gain:     time.Duration(loadGain * float64(max(lp.mean, lp.heaviest))),
+			InFlight: lp.inflight, Budget: lp.budget, Held: lp.held}
+	}
+	for i, t := range to {
+		if t == "" {
+			continue
+		}
+		from := v.shards[i].holder
+		bs.Moves = append(bs.Moves, MoveStatus{Shard: i, From: from, To: t, Work: lp.work[i], Cause: causes[i]})
+	}
+	return bs, to, causes, lp
 }

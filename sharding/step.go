@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -38,6 +39,7 @@ type machineConf struct {
 	own             ringConf // Config.Shards and Config.Field
 	// Config.LeaseDuration, HandoffTimeout and GracePeriod.
 	leaseDuration, handoffWait, grace time.Duration
+	balance                           Balance // Config.Balance
 }
 
 // machine is one replica's decisions and the state they carry from one
@@ -55,10 +57,13 @@ type machine struct {
 	// stopped is set once the replica leaves on an error (a refusal, a
 	// request refused for LeaseDuration): the ring is refused no more.
 	stopped bool
+	// work is each shard's work as a report last showed it (0 unknown),
+	// given to the ledger with an acquisition (ledger.seedWork).
+	work []time.Duration
 }
 
 func newMachine(c machineConf) machine {
-	return machine{conf: c, tried: newTried(c.own.shards)}
+	return machine{conf: c, tried: newTried(c.own.shards), work: make([]time.Duration, c.own.shards)}
 }
 
 // observation is the ring and the session as one step sees them.
@@ -78,11 +83,14 @@ type fenceWrite struct {
 }
 
 // acquireWrite makes shard i's Lease name this replica in session, on
-// the condition that it is still s.
+// the condition that it is still s. work is the shard's work as the last
+// report showed it (0 unknown), which its measure starts from
+// (ledger.seedWork).
 type acquireWrite struct {
 	i       int
 	s       shardInfo
 	session string
+	work    time.Duration
 }
 
 // ringWrite sets the ring's Lease, at ref, to the count shards in
@@ -123,6 +131,9 @@ type actions struct {
 	drain       []int
 	graceEnd    time.Time
 	acquire     []acquireWrite
+	// moved are the causes of the planned moves whose drain begins
+	// (Metrics.Moves), one per move.
+	moved []string
 }
 
 // check is the first half of a decision on v at now: the members to
@@ -161,12 +172,15 @@ func (m *machine) Step(o observation) actions {
 	}
 	a.mode = m.reshape(v, &a)
 	b := balanceOf(v, m.conf.own.shards)
-	to := b.plan(v)
-	m.plans.update(to, now)
+	to, causes := m.plan(v, &b)
+	m.plans.update(to, causes, now)
 	k, counted := slices.BinarySearch(b.ids, self)
 	m.plans.counted = counted && v.members[self].session == st.session
 	if m.plans.counted {
 		m.plans.share = b.share(k)
+		if b.byLoad {
+			m.plans.share = b.loadShare(v, to, k)
+		}
 	}
 	give, acquire := moves(v, b, to, mover{self: self, aliveFor: m.aliveFor, active: o.active, failed: m.tried.shard})
 	drain, next := handoffs(v, to, give, handoffClock{since: m.plans.since, now: now, wait: m.conf.handoffWait})
@@ -203,12 +217,45 @@ func (m *machine) Step(o observation) actions {
 	drain = slices.Compact(slices.Sorted(slices.Values(drain))) // a leaver's bound may name a shard twice
 	for _, i := range drain {
 		m.plans.giveTo[i] = to[i]
+		if to[i] != "" {
+			a.moved = append(a.moved, cmp.Or(m.plans.cause[i], causeLoad))
+		}
 	}
 	a.drain, a.graceEnd = drain, now.Add(m.conf.grace)
 	for _, i := range acquire {
-		a.acquire = append(a.acquire, acquireWrite{i: i, s: v.shards[i], session: st.session})
+		a.acquire = append(a.acquire, acquireWrite{i: i, s: v.shards[i], session: st.session, work: m.work[i]})
 	}
 	return a
+}
+
+// plan decides the ring's planned moves on v, and the cause of each (by
+// shard), by load or by count as Config.Balance and the view say
+// (planLoad, plan); it sets b.byLoad while by load, keeps the plan by
+// load for Status, and the shards' work as last reported.
+func (m *machine) plan(v *view, b *balance) (to, causes []string) {
+	var lp loadPlan
+	if m.conf.balance.byLoad() {
+		to, lp = b.planLoad(v)
+	} else {
+		lp.work, lp.known = shardWork(v)
+		lp.fallback = "Config.Balance is BalanceCount"
+	}
+	for i, w := range lp.work {
+		if lp.known[i] {
+			m.work[i] = w
+		}
+	}
+	m.plans.load = lp
+	if to == nil {
+		to = b.plan(v)
+		return to, b.causes(v, to)
+	}
+	b.byLoad = true
+	causes = make([]string, len(to))
+	for _, mv := range lp.moves {
+		causes[mv.shard] = mv.cause
+	}
+	return to, causes
 }
 
 // reshape decides this replica's writes in a switch of the ring's count
@@ -341,22 +388,28 @@ type planned struct {
 	// (shardcount.go), kept across reset (a lapse does not change the
 	// ring's count).
 	mode ringMode
+	// cause[i] is the cause of shard i's planned move, as it was when the
+	// move was first planned; load the last plan by load (or why the ring
+	// balances by count), for Status.
+	cause []string
+	load  loadPlan
 }
 
 // reset forgets the plan (the session is over: nothing is prefetched).
 func (p *planned) reset(shards int) {
 	p.to, p.since, p.giveTo = make([]string, shards), make([]time.Time, shards), make([]string, shards)
+	p.cause = make([]string, shards)
 	p.prefetch, p.synced, p.handoffAt, p.counted = nil, nil, time.Time{}, false
 }
 
-// update records the plan to, decided at now.
-func (p *planned) update(to []string, now time.Time) {
+// update records the plan to, and its causes, decided at now.
+func (p *planned) update(to, causes []string, now time.Time) {
 	if len(p.to) != len(to) {
 		p.reset(len(to))
 	}
 	for i := range to {
 		if to[i] != p.to[i] {
-			p.to[i], p.since[i] = to[i], now
+			p.to[i], p.since[i], p.cause[i] = to[i], now, causes[i]
 		}
 	}
 }
