@@ -263,21 +263,9 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 			if h == l {
 				continue
 			}
-			var bestMax time.Duration
-			for _, i := range owned[h] {
-				if to[i] != "" {
-					continue
-				}
-				w := p.work[i]
-				m := max(p.loads[h]-w, p.loads[l]+w)
-				if best.shard < 0 || m < bestMax {
-					best, bestMax = loadMove{shard: i, from: h, to: l, work: w}, m
-				}
-			}
-			if best.shard >= 0 && max(p.loads[h], p.loads[l])-bestMax >= gainMin {
+			if best = bestMove(p, owned[h], to, h, l, gainMin); best.shard >= 0 {
 				break
 			}
-			best.shard = -1
 		}
 		if best.shard < 0 {
 			p.held = heldHysteresis
@@ -308,6 +296,32 @@ func (b balance) loadShare(v *view, to []string, k int) int {
 		}
 	}
 	return n
+}
+
+// bestMove returns the move of one of mine (h's shards, those not
+// planned yet) from h to l that lowers the larger of their loads the
+// most, if by gainMin at least; shard -1 if none does. Moves within
+// gainMin of the best (that lower it at all) are taken as equal, and the
+// lowest shard of them is chosen: a noise smaller than that does not change which shard the plan
+// moves, so a taker does not prefetch in vain, nor a holder's handoff
+// bound start again.
+func bestMove(p loadPlan, mine []int, to []string, h, l string, gainMin time.Duration) loadMove {
+	after := func(i int) time.Duration { return max(p.loads[h]-p.work[i], p.loads[l]+p.work[i]) }
+	best := time.Duration(-1)
+	for _, i := range mine {
+		if to[i] == "" && (best < 0 || after(i) < best) {
+			best = after(i)
+		}
+	}
+	if best < 0 || max(p.loads[h], p.loads[l])-best < gainMin {
+		return loadMove{shard: -1}
+	}
+	for _, i := range mine { // mine is sorted
+		if to[i] == "" && after(i) <= best+gainMin && after(i) < max(p.loads[h], p.loads[l]) {
+			return loadMove{shard: i, from: h, to: l, work: p.work[i]}
+		}
+	}
+	return loadMove{shard: -1} // not reached: the best is one
 }
 
 // syncedBy returns the counted member other than holder that says it has

@@ -57,8 +57,12 @@ func TestPlanLoad(t *testing.T) {
 	}{
 		{name: "over the band: the best split of the most loaded with the least, one move (budget of 2 members)",
 			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "b", "b", "b", "b"},
-			work: []float64{10, 10, 10, 12, 1, 1, 1, 1},
+			work: []float64{10, 10, 10, 16, 1, 1, 1, 1},
 			want: "3:a→b(load) held: budget"},
+		{name: "splits within the hysteresis of the best are equal: the lowest shard",
+			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "b", "b", "b", "b"},
+			work: []float64{10, 10, 10, 12, 1, 1, 1, 1},
+			want: "0:a→b(load) held: budget"},
 		{name: "within the band: no move",
 			members: []string{"a", "b"}, holders: []string{"a", "a", "b", "b"},
 			work: []float64{10, 11, 10, 9}, want: "held: band"},
@@ -141,13 +145,16 @@ func TestPlanLoad(t *testing.T) {
 // counted takers other than the holder.
 func TestPlanLoadSameView(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(1, 2))
-	for range 50 {
+	for n := range 50 {
 		members := []string{"a", "b", "c", "d", "e"}
 		holders := make([]string, 32)
 		work := make([]float64, 32)
 		for i := range holders {
 			holders[i] = members[rnd.IntN(len(members))]
 			work[i] = float64(rnd.IntN(100))
+			if n%2 == 0 { // many ties
+				holders[i], work[i] = members[i%len(members)], float64(1+rnd.IntN(2))
+			}
 		}
 		first, _ := planOf(withWork(testView(members, holders), work))
 		for range 5 {

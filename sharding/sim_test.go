@@ -217,10 +217,16 @@ type sim struct {
 	events   int
 	violated string
 	writes   map[string][2]int // sent once quiet: member, shard Leases
+	// balance is every replica's Config.Balance; load, if set, is the
+	// work a replica reports of shard i in its membership writes, and
+	// moved counts the planned moves begun, by cause (sim_load_test.go).
+	balance Balance
+	load    func(rp *simReplica, i int) time.Duration
+	moved   map[string]int
 }
 
 func newSim(seed uint64) *sim {
-	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, count: simShards, reps: make(map[string]*simReplica),
+	s := &sim{seed: seed, frnd: rand.New(rand.NewPCG(seed, 0xfa17)), stop: simStop, now: t0, count: simShards, reps: make(map[string]*simReplica), moved: make(map[string]int),
 		store: simStore{recs: make(map[string]simRec)}}
 	_, _ = s.store.put("ring", parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: simShards, field: FieldUID}}}, nil)
 	return s
@@ -247,7 +253,7 @@ func (s *sim) start(id string, shards int) {
 	rnd := rand.New(rand.NewPCG(s.seed, 0x5eed+uint64(n)))
 	rp := &simReplica{id: id, shards: shards, rnd: rnd, rate: 1 + simDrift*(2*rnd.Float64()-1), led: &ledger{}, ring: newRingView("sim", shards),
 		m: newMachine(machineConf{self: id, ring: "sim", namespace: "ns", own: ringConf{shards: shards, field: FieldUID},
-			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace})}
+			leaseDuration: simLease, handoffWait: simHandoff, grace: simGrace, balance: s.balance})}
 	rp.led.init(shards)
 	s.reps[id] = rp
 	s.order = append(s.order, id)
@@ -269,9 +275,11 @@ func (s *sim) clock(rp *simReplica) time.Time {
 	return t0.Add(time.Duration(float64(s.now.Sub(t0)) * rp.rate))
 }
 
-// real is the simulation's time when rp's clock reads at.
+// real is the simulation's time when rp's clock reads at: the first
+// nanosecond at which clock reads at least at (rounded down, an expire
+// timer fired a nanosecond before its deadline, and never again).
 func (s *sim) real(rp *simReplica, at time.Time) time.Time {
-	return t0.Add(time.Duration(float64(at.Sub(t0)) / rp.rate))
+	return t0.Add(time.Duration(float64(at.Sub(t0))/rp.rate) + 1)
 }
 
 // span is how long d on rp's clock takes.
@@ -397,6 +405,9 @@ func (s *sim) renew(rp *simReplica, tick bool) bool {
 	}
 	p := parsed{member: rp.id, shard: -1, m: memberInfo{session: w.session, confirmed: !w.start.Equal(w.now),
 		conf: ringConf{shards: rp.shards, field: FieldUID}, synced: slices.Clone(w.mark.synced), leaving: w.mark.leaving}}
+	if s.load != nil {
+		p.m.load = s.report(rp)
+	}
 	var cond *leaseRef
 	if rp.member.known() {
 		c := rp.member
@@ -491,6 +502,9 @@ func (s *sim) decide(rp *simReplica, tick bool) {
 	}
 	active, _ := rp.led.states()
 	a := rp.m.Step(observation{now: s.clock(rp), tick: tick, v: &v, session: rp.led.status(), active: active})
+	for _, c := range a.moved {
+		s.moved[c]++
+	}
 	if w := a.ringWrite; w != nil {
 		p := parsed{shard: -1, ring: true, r: ringInfo{exists: true, conf: ringConf{shards: w.shards, field: FieldUID}, gen: w.gen, target: w.target}}
 		ref := w.ref
@@ -565,6 +579,11 @@ func (s *sim) progress(rp *simReplica) {
 		filled[i] = true
 	}
 	rp.led.setFilled(filled, 0)
+	if s.load != nil {
+		// The shards prefetched for planned moves are synced at once, and
+		// said so with the next membership write (exec.go's sync).
+		rp.m.plans.synced = slices.Clone(rp.m.plans.prefetch)
+	}
 }
 
 // simUnits is how many hash ranges the checks count in: the ranges of

@@ -1,7 +1,10 @@
 // Package ringpage serves a page that shows a sharded controller's ring as
 // one replica sees it: every shard's range, holder, whether the holder is
 // live, since when it holds the shard, whether its cache has synced the
-// shard and its keys run, and its objects; the ring's members; and, given
+// shard and its keys run, its objects and its load (handler time per
+// minute, keys ready and the oldest's wait); the ring's members and their
+// loads against the balance's band; the balance's plan of moves and why no
+// further move is made (band, hysteresis, budget); and, given
 // a key (?key=namespace/name, or ?uid= when sharding by UID), its shard,
 // its holder, and the key's state in this replica's queue. Any replica
 // serves the whole ring: the holders' states come from the reports their
@@ -235,6 +238,24 @@ func (v view) Counts() counts {
 	return c
 }
 
+// Dur formats a duration (a load: handler time per minute).
+func (v view) Dur(d time.Duration) string { return human(d) }
+
+// Why says why the plan by load makes no further move.
+func (v view) Why(held string) string {
+	switch held {
+	case "band":
+		return "No further move: every member is within the band."
+	case "hysteresis":
+		return "No further move: none would lower the larger of its two members' loads by the hysteresis' gain."
+	case "budget":
+		return "No further move now: the budget of moves in flight is spent."
+	case "unmeasured":
+		return "No further move now: a shard held or in flight has no report of its load yet."
+	}
+	return ""
+}
+
 func human(d time.Duration) string {
 	switch a := d.Abs(); {
 	case a >= time.Minute:
@@ -295,16 +316,21 @@ input[type=text] { width: 28em; font-family: ui-monospace, Menlo, Consolas, mono
 </table>
 </section>{{end}}
 
+<h2>Balance</h2>
+{{with .Balance}}{{if eq .By "load"}}<p class="summary balance">By load: mean {{$p.Dur .Mean}}/min, heaviest shard {{$p.Dur .Heaviest}}/min, band up to <b>{{$p.Dur .Bound}}</b>/min (1.15 × the larger); a move must gain {{$p.Dur .Gain}}/min (hysteresis); {{.InFlight}} of {{.Budget}} moves in flight.
+{{range .Moves}}<br>Move shard {{.Shard}} ({{$p.Dur .Work}}/min) from {{.From}} to {{.To}}{{if .Cause}} ({{.Cause}}){{else}} (in flight){{end}}.{{end}}
+<br>{{$p.Why .Held}}</p>{{else}}<p class="summary balance">By count{{with .Fallback}} ({{.}}){{end}}: every member holds ⌊S/N⌋ or ⌈S/N⌉ shards.{{range .Moves}}<br>Move shard {{.Shard}} from {{.From}} to {{.To}} ({{.Cause}}).{{end}}</p>{{end}}{{end}}
+
 <h2>Shards</h2>
 <table class="shards">
-<tr><th>shard</th><th>range</th><th>holder</th><th>holder live</th><th>held for</th><th>holder's session</th><th>state</th><th>objects</th><th>reported</th><th>here</th></tr>
-{{range .Shards}}<tr data-shard="{{.Shard}}"><td class="num">{{.Shard}}</td><td class="mono">{{.Range}}</td><td>{{if .Held}}{{.Holder}}{{else}}<span class="bad">free</span>{{if .Holder}} <span class="none">(was {{.Holder}})</span>{{end}}{{end}}</td><td>{{if .Held}}{{if .HolderLive}}<span class="ok">yes</span>{{else}}<span class="bad">no</span>{{end}}{{end}}</td><td>{{if .Held}}{{$p.Ago .Since}}{{end}}</td><td>{{if .Held}}{{$p.Ago .HolderSessionStart}}{{end}}</td><td>{{with .State}}<span class="state state-{{.}}">{{.}}</span>{{else}}{{if .Held}}<span class="none">not reported</span>{{end}}{{end}}</td><td class="num">{{if .State}}{{.Objects}}{{end}}</td><td>{{$p.Ago .ReportedAt}}</td><td>{{with .Local}}<span class="state state-{{.}}">{{.}}</span>{{end}}</td></tr>
+<tr><th>shard</th><th>range</th><th>holder</th><th>holder live</th><th>held for</th><th>holder's session</th><th>state</th><th>objects</th><th>work/min</th><th>ready</th><th>oldest ready</th><th>move</th><th>reported</th><th>here</th></tr>
+{{range .Shards}}<tr data-shard="{{.Shard}}"><td class="num">{{.Shard}}</td><td class="mono">{{.Range}}</td><td>{{if .Held}}{{.Holder}}{{else}}<span class="bad">free</span>{{if .Holder}} <span class="none">(was {{.Holder}})</span>{{end}}{{end}}</td><td>{{if .Held}}{{if .HolderLive}}<span class="ok">yes</span>{{else}}<span class="bad">no</span>{{end}}{{end}}</td><td>{{if .Held}}{{$p.Ago .Since}}{{end}}</td><td>{{if .Held}}{{$p.Ago .HolderSessionStart}}{{end}}</td><td>{{with .State}}<span class="state state-{{.}}">{{.}}</span>{{else}}{{if .Held}}<span class="none">not reported</span>{{end}}{{end}}</td><td class="num">{{if .State}}{{.Objects}}{{end}}</td><td class="num">{{if .LoadKnown}}{{$p.Dur .Work}}{{end}}</td><td class="num">{{if .LoadKnown}}{{.Ready}}{{end}}</td><td class="num">{{if .LoadKnown}}{{$p.Dur .Oldest}}{{end}}</td><td>{{with .MoveTo}}→ {{.}}{{end}}</td><td>{{$p.Ago .ReportedAt}}</td><td>{{with .Local}}<span class="state state-{{.}}">{{.}}</span>{{end}}</td></tr>
 {{end}}</table>
 
 <h2>Members</h2>
 {{if .Members}}<table class="members">
-<tr><th>identity</th><th>live</th><th>confirmed</th><th>share</th><th>held</th><th>session since</th><th>last renewal</th><th>Lease unchanged for</th></tr>
-{{range .Members}}<tr{{if eq .Identity $p.Identity}} class="self"{{end}}><td>{{.Identity}}</td><td>{{if .Live}}<span class="ok">yes</span>{{else}}<span class="bad">no</span>{{end}}</td><td>{{if .Confirmed}}yes{{else}}joining{{end}}</td><td class="num">{{.Share}}</td><td class="num">{{.Held}}</td><td>{{$p.Ago .SessionStart}}</td><td>{{$p.Ago .Renewed}}</td><td>{{$p.Ago .Seen}}</td></tr>
+<tr><th>identity</th><th>live</th><th>confirmed</th><th>share</th><th>held</th><th>load/min</th><th>workers</th><th>session since</th><th>last renewal</th><th>Lease unchanged for</th></tr>
+{{range .Members}}<tr{{if eq .Identity $p.Identity}} class="self"{{end}}><td>{{.Identity}}</td><td>{{if .Live}}<span class="ok">yes</span>{{else}}<span class="bad">no</span>{{end}}</td><td>{{if .Confirmed}}yes{{else}}joining{{end}}</td><td class="num">{{.Share}}</td><td class="num">{{.Held}}</td><td class="num">{{if .OverBound}}<span class="bad">{{$p.Dur .Load}} (over the band)</span>{{else}}{{$p.Dur .Load}}{{end}}</td><td class="num">{{with .Workers}}{{.}}{{end}}</td><td>{{$p.Ago .SessionStart}}</td><td>{{$p.Ago .Renewed}}</td><td>{{$p.Ago .Seen}}</td></tr>
 {{end}}</table>{{else}}<p class="none">no member</p>{{end}}
 <p class="meta">A shard is held while its Lease names a member's current session; a member is live while its Lease is confirmed and changed less than RenewDeadline ({{.RenewDeadline}}) ago as this replica's watch saw it (a member stops running keys RenewDeadline after its last answered write, and is fenced once its Lease has not changed for LeaseDuration, {{.LeaseDuration}}). States are each holder's own, from its last membership write.</p>
 </body>

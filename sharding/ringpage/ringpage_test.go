@@ -260,3 +260,40 @@ func TestRingWaiting(t *testing.T) {
 		}
 	})
 }
+
+// TestRingBalance checks what the page says of the balance: by load, the
+// band, the planned moves and why no further one is made, each member's
+// load against the band and each shard's; by count, why.
+func TestRingBalance(t *testing.T) {
+	st := sharding.Status{Ring: "ctl", ShardCount: 2, Time: time.Unix(100, 0),
+		Balance: sharding.BalanceStatus{By: "load", Mean: 20 * time.Second, Heaviest: 12 * time.Second,
+			Bound: 23 * time.Second, Gain: 2 * time.Second, InFlight: 1, Budget: 2, Held: "hysteresis",
+			Moves: []sharding.MoveStatus{{Shard: 1, From: "a", To: "b", Work: 9 * time.Second, Cause: "load"}}},
+		Members: []sharding.MemberStatus{{Identity: "a", Load: 31 * time.Second, OverBound: true, Workers: 4}, {Identity: "b", Load: 9 * time.Second}},
+		Shards: []sharding.ShardStatus{{Shard: 0, Held: true, Holder: "a", LoadKnown: true, Work: 22 * time.Second, Ready: 7, Oldest: 1500 * time.Millisecond},
+			{Shard: 1, Held: true, Holder: "a", LoadKnown: true, Work: 9 * time.Second, MoveTo: "b"}},
+	}
+	body := func(st sharding.Status) string {
+		rec := httptest.NewRecorder()
+		ringpage.New(frozen{st: st}, ringpage.Options{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/ring", nil))
+		return rec.Body.String()
+	}
+	b := body(st)
+	for _, want := range []string{
+		"By load: mean 20s/min, heaviest shard 12s/min, band up to <b>23s</b>/min",
+		"a move must gain 2s/min (hysteresis); 1 of 2 moves in flight.",
+		"Move shard 1 (9s/min) from a to b (load).",
+		"No further move: none would lower the larger",
+		`<span class="bad">31s (over the band)</span>`,
+		`<td class="num">22s</td><td class="num">7</td><td class="num">1.5s</td><td></td>`,
+		"<td>→ b</td>",
+	} {
+		if !strings.Contains(b, want) {
+			t.Errorf("HTML lacks %q", want)
+		}
+	}
+	st.Balance = sharding.BalanceStatus{By: "count", Fallback: "member c publishes no load"}
+	if b := body(st); !strings.Contains(b, "By count (member c publishes no load)") {
+		t.Error("HTML does not say why the ring balances by count")
+	}
+}

@@ -222,6 +222,9 @@ func (g *gauges) metrics() sharding.Metrics {
 		Lists: func(resource, cause string) sharding.Counter {
 			return g.labelled("counter", "sharding_lists_total", "resource", resource, "cause", cause)
 		},
+		Moves: func(cause string) sharding.Counter {
+			return g.labelled("counter", "sharding_moves_total", "cause", cause)
+		},
 		PerShard: g,
 	}
 }

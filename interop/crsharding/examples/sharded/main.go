@@ -115,6 +115,7 @@ func ringMetrics() sharding.Metrics {
 	}
 	lapses := vec("sharding_lapses_total", "Sessions of the replica that ended other than by a leave, by cause (deadline, fenced).", "cause")
 	lists := vec("sharding_lists_total", "Lists the replica started, by resource and cause (initial, gain, relist, downgrade).", "resource", "cause")
+	moves := vec("sharding_moves_total", "Planned moves of shards away from the replica, by cause (join, leave, count, load).", "cause")
 	perShard := shardGauges{
 		admitted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sharding_shard_admitted",
 			Help: "Per shard this replica holds (and only those): 1 while its keys run, 0 while its cache fills or it is given up."}, []string{"shard"}),
@@ -132,6 +133,7 @@ func ringMetrics() sharding.Metrics {
 		Fences:          counter("sharding_fences_total", "Members the replica fenced (their Lease unchanged for LeaseDuration)."),
 		Lapses:          func(cause string) sharding.Counter { return lapses.WithLabelValues(cause) },
 		Lists:           func(resource, cause string) sharding.Counter { return lists.WithLabelValues(resource, cause) },
+		Moves:           func(cause string) sharding.Counter { return moves.WithLabelValues(cause) },
 		PerShard:        perShard,
 	}
 }
