@@ -85,8 +85,9 @@ const (
 // The scenario: the 8 replicas start together; the ring converges (no
 // replica's shards change for lb.quiet, at least lbFirstWait after the
 // start); a steady window of lb.steady; then the load shifts (the
-// largest namespace's weight drops to 0.25, the next largest in another
-// shard rises to 2); the ring converges again; another steady window.
+// largest namespace's weight drops to 0.25 and one of the next nine, in
+// another shard, takes the weight that makes it carry what the largest
+// carried); the ring converges again; another steady window.
 // Figures, per phase: the most loaded replica against the mean and
 // against the bound max(mean, heaviest shard) (handler seconds per
 // minute, over the steady window); the moves, grouped into rebalances
@@ -446,7 +447,12 @@ func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Bala
 		top, maxLoad := l.max()
 		moves := g.rec.moves(movesFrom, from)
 		rebal, worst := g.rebalances(moves, changed)
-		steadyMoves := len(g.rec.moves(from, to))
+		steady := g.rec.moves(from, to)
+		steadyMoves := len(steady)
+		for _, m := range steady {
+			t.Logf("FIGURES balance=%s %s: a move in the steady window, +%v after its start (+%v after the change): shard %d (%d objects) to %s",
+				mode, name, m.at.Sub(from).Round(time.Second), m.at.Sub(changed).Round(time.Second), m.shard, g.perShard[m.shard], m.to)
+		}
 		within := g.withinBand(ids, changed, to)
 		converged := fmt.Sprintf("last move +%v", last.Sub(changed).Round(time.Second))
 		if len(moves) == 0 {
@@ -467,22 +473,36 @@ func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Bala
 	}
 	phase("start", start, settled, *lbFirstWait) // the shards first taken are no moves
 
-	// The load shifts: the largest namespace gets lighter, the next
-	// largest in another shard heavier.
+	// The load shifts: the largest namespace's load moves to another of
+	// the ten largest, in another shard: the first gets a weight of 0.25,
+	// the second the weight that makes it carry what the first carried.
+	// The second is the one whose shard's holder holds the most shards
+	// (the most work besides it, on a ring converged by load), so that
+	// its holder is left over the band and the ring has to move.
 	fall := d.namespaces[0]
-	var rise string
-	for _, ns := range d.namespaces[1:] {
-		if d.shardOfNS[ns] != d.shardOfNS[fall] {
-			rise = ns
-			break
+	holderOf := map[int]string{}
+	for id, rep := range g.replicas {
+		for _, s := range rep.r.Shards() {
+			holderOf[s] = id
 		}
 	}
-	require.NotEmpty(t, rise, "every namespace is in the shard of %s", fall)
+	var rise string
+	for _, ns := range d.namespaces[1:10] {
+		if d.shardOfNS[ns] == d.shardOfNS[fall] {
+			continue
+		}
+		if rise == "" || len(g.replicas[holderOf[d.shardOfNS[ns]]].r.Shards()) > len(g.replicas[holderOf[d.shardOfNS[rise]]].r.Shards()) {
+			rise = ns
+		}
+	}
+	require.NotEmpty(t, rise, "every large namespace is in the shard of %s", fall)
+	riseWeight := int64(1000 * lbCount(d, fall) / lbCount(d, rise))
 	g.weights[fall].Store(250)
-	g.weights[rise].Store(2000)
+	g.weights[rise].Store(riseWeight)
 	shifted := time.Now()
-	t.Logf("FIGURES balance=%s: load shift: %s (%d objects, shard %d) weight 1 → 0.25, %s (%d objects, shard %d) weight 1 → 2",
-		mode, fall, lbCount(d, fall), d.shardOfNS[fall], rise, lbCount(d, rise), d.shardOfNS[rise])
+	t.Logf("FIGURES balance=%s: load shift: %s (%d objects, shard %d) weight 1 → 0.25, %s (%d objects, shard %d, held by %s with %d shards) weight 1 → %.2f",
+		mode, fall, lbCount(d, fall), d.shardOfNS[fall], rise, lbCount(d, rise), d.shardOfNS[rise],
+		holderOf[d.shardOfNS[rise]], len(g.replicas[holderOf[d.shardOfNS[rise]]].r.Shards()), float64(riseWeight)/1000)
 	phase("load shift", shifted, shifted, lbWindow)
 
 	g.checkAllRan(time.Now())
