@@ -57,7 +57,7 @@ const (
 	// loaded one under count balance, so each one's measured load is its
 	// demand.
 	lbUnit = 8 * time.Millisecond
-	// lbBand is the goal of issue's bound: the most loaded replica at most
+	// lbBand is the goal of the balance: the most loaded replica at most
 	// lbBand × max(mean, heaviest shard).
 	lbBand = 1.15
 	// lbBurstGap separates rebalances: moves closer than this in time are
