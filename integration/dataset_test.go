@@ -67,9 +67,12 @@ const (
 type dataset struct {
 	label      string   // value of proofLabel on every object
 	namespaces []string // proofNamespacesPerShard per shard, shard by shard
-	objects    int
-	load       time.Duration // how long the creates took
-	shardOfNS  map[string]int
+	// objectNS, if not nil, is the namespace of each object, for a data
+	// set laid out otherwise than one object per namespace in turn.
+	objectNS  []string
+	objects   int
+	load      time.Duration // how long the creates took
+	shardOfNS map[string]int
 }
 
 // shared is the one data set of the test binary: loading it is the
@@ -91,6 +94,9 @@ func proofDataset(t *testing.T) *dataset {
 
 // key returns the key of object i.
 func (d *dataset) key(i int) string {
+	if d.objectNS != nil {
+		return d.objectNS[i] + "/" + fmt.Sprintf("obj-%d", i)
+	}
 	return d.namespaces[i%len(d.namespaces)] + "/" + fmt.Sprintf("obj-%d", i)
 }
 
