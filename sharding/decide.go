@@ -100,7 +100,20 @@ type balance struct {
 // makes an old member's share grow (at most the newcomer's share moves),
 // nor does a leave make one shrink (only the leaver's shards move).
 func balanceOf(v *view, shards int) balance {
-	b := balance{shards: shards, held: make(map[string]int)}
+	var b balance
+	b.fill(v, shards)
+	return b
+}
+
+// fill sets b to the shares of a ring of shards shards from v, as
+// balanceOf, reusing b's storage: a balance filled again must no longer
+// be read (the machine's scratch balance, one per step).
+func (b *balance) fill(v *view, shards int) {
+	if b.held == nil {
+		b.held = make(map[string]int)
+	}
+	clear(b.held)
+	*b = balance{shards: shards, ids: b.ids[:0], held: b.held, free: b.free[:0]}
 	for id, m := range v.members {
 		if counts(m) && (m.conf.shards == 0 || m.conf.shards == shards) { // another count gets no share: shardcount.go
 			b.ids = append(b.ids, id)
@@ -114,8 +127,10 @@ func balanceOf(v *view, shards int) balance {
 		}
 		b.free = append(b.free, i)
 	}
-	return b
 }
+
+// pos is the position of member id in b.ids (ok false if it does not count).
+func (b balance) pos(id string) (k int, ok bool) { return slices.BinarySearch(b.ids, id) }
 
 // share is the share of the member at position k of b.ids.
 func (b balance) share(k int) int {
@@ -157,10 +172,8 @@ func (b balance) deal(v *view) [][]int {
 // dealNeed is deal, and what each member (by position in b.ids) is still
 // short of once the free shards are dealt.
 func (b balance) dealNeed(v *view) ([][]int, []int) {
-	pos := make(map[string]int, len(b.ids))
 	need := make([]int, len(b.ids))
-	for k, id := range b.ids {
-		pos[id] = k
+	for k := range b.ids {
 		need[k] = b.deficit(k)
 	}
 	out := make([][]int, len(b.ids))
@@ -175,7 +188,7 @@ func (b balance) dealNeed(v *view) ([][]int, []int) {
 			rest = append(rest, i)
 			continue
 		}
-		k, counted := pos[h]
+		k, counted := b.pos(h)
 		switch {
 		case !counted && m.rejoined: // kept until its session counts
 		case !counted:
@@ -222,10 +235,6 @@ func (b balance) plan(v *view) []string {
 		return to
 	}
 	_, need := b.dealNeed(v)
-	pos := make(map[string]int, len(b.ids))
-	for k, id := range b.ids {
-		pos[id] = k
-	}
 	holders := make([]string, 0, len(b.held))
 	for h := range b.held {
 		holders = append(holders, h)
@@ -234,7 +243,7 @@ func (b balance) plan(v *view) []string {
 	var surplus []int
 	for _, h := range holders {
 		over := 0
-		if k, ok := pos[h]; ok {
+		if k, ok := b.pos(h); ok {
 			over = b.held[h] - b.share(k)
 		} else if m := v.members[h]; m.leaving {
 			over = b.held[h]
