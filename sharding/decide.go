@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -240,24 +241,31 @@ func (b balance) plan(v *view) []string {
 		holders = append(holders, h)
 	}
 	slices.Sort(holders)
-	var surplus []int
-	for _, h := range holders {
-		over := 0
+	over := make([]int, len(holders)) // by position in holders
+	n := 0
+	for j, h := range holders {
 		if k, ok := b.pos(h); ok {
-			over = b.held[h] - b.share(k)
+			over[j] = max(0, b.held[h]-b.share(k))
 		} else if m := v.members[h]; m.leaving {
-			over = b.held[h]
+			over[j] = b.held[h]
 		}
-		if over <= 0 {
-			continue
+		n += over[j]
+	}
+	// Each holder's surplus is the last of its shards: taken in one pass
+	// from the end, then put in order of holder, then of shard.
+	type pick struct{ j, i int }
+	picks := make([]pick, 0, n)
+	for i := len(v.shards) - 1; i >= 0 && len(picks) < n; i-- {
+		s := v.shards[i]
+		if j, ok := slices.BinarySearch(holders, s.holder); ok && over[j] > 0 && holds(v, s) {
+			picks = append(picks, pick{j, i})
+			over[j]--
 		}
-		var mine []int
-		for i, s := range v.shards {
-			if s.holder == h && holds(v, s) {
-				mine = append(mine, i)
-			}
-		}
-		surplus = append(surplus, mine[len(mine)-over:]...)
+	}
+	slices.SortFunc(picks, func(x, y pick) int { return cmp.Or(cmp.Compare(x.j, y.j), cmp.Compare(x.i, y.i)) })
+	surplus := make([]int, len(picks))
+	for k, p := range picks {
+		surplus[k] = p.i
 	}
 	for k := range b.ids {
 		for ; need[k] > 0 && len(surplus) > 0; need[k]-- {
