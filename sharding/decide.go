@@ -324,7 +324,7 @@ func moves(v *view, b balance, to []string, me mover) (give, acquire []int) {
 func prefetch(v *view, to []string, self string) []int {
 	var out []int
 	for i, s := range v.shards {
-		if to[i] == self || !holds(v, s) && s.holder == "" && s.next == self {
+		if to[i] == self || s.holder == "" && s.next == self { // a Lease that names no holder is not held
 			out = append(out, i)
 		}
 	}
