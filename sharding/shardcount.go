@@ -216,10 +216,11 @@ func ringConflict(v *view, ring, namespace, self string, ours ringConf) error {
 		live = rl.conf.shards
 	}
 	check := func(k shardKey, s shardInfo) error {
-		if !holds(v, s) || s.holder == self {
+		field := s.conf.field != "" && s.conf.field != ours.field
+		if !field && k.shards == live || s.holder == self || !holds(v, s) { // holds, a look-up, last
 			return nil
 		}
-		if s.conf.field != "" && s.conf.field != ours.field {
+		if field {
 			return mismatchf("sharding: this replica has Config.Field %s, but shard Lease %s/%s of ring %q, held by %q, was written with Field %s; "+
 				"run every replica of a ring with the same Field",
 				ours.field, namespace, shardLeaseName(ring, k.shards, k.i), ring, s.holder, s.conf.field)
