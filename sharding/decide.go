@@ -235,7 +235,6 @@ func (b balance) plan(v *view) []string {
 	if len(b.ids) == 0 {
 		return to
 	}
-	_, need := b.dealNeed(v)
 	holders := make([]string, 0, len(b.held))
 	for h := range b.held {
 		holders = append(holders, h)
@@ -251,6 +250,10 @@ func (b balance) plan(v *view) []string {
 		}
 		n += over[j]
 	}
+	if n == 0 {
+		return to // no surplus: nothing to plan
+	}
+	_, need := b.dealNeed(v)
 	// Each holder's surplus is the last of its shards: taken in one pass
 	// from the end, then put in order of holder, then of shard.
 	type pick struct{ j, i int }
