@@ -94,6 +94,9 @@ type loadPlan struct {
 // that lists it.
 func shardWork(v *view) (work []time.Duration, known []bool) {
 	work, known = make([]time.Duration, len(v.shards)), make([]bool, len(v.shards))
+	if !reportsShards(v) {
+		return work, known
+	}
 	ids := make([]string, 0, len(v.members))
 	for id := range v.members {
 		ids = append(ids, id)
@@ -114,6 +117,16 @@ func shardWork(v *view) (work []time.Duration, known []bool) {
 		}
 	}
 	return work, known
+}
+
+// reportsShards reports whether a member's report in v lists a shard.
+func reportsShards(v *view) bool {
+	for _, m := range v.members {
+		if len(m.load.held) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // measures reports whether m publishes its load: it holds no shard by

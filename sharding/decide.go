@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -100,7 +101,20 @@ type balance struct {
 // makes an old member's share grow (at most the newcomer's share moves),
 // nor does a leave make one shrink (only the leaver's shards move).
 func balanceOf(v *view, shards int) balance {
-	b := balance{shards: shards, held: make(map[string]int)}
+	var b balance
+	b.fill(v, shards)
+	return b
+}
+
+// fill sets b to the shares of a ring of shards shards from v, as
+// balanceOf, reusing b's storage: a balance filled again must no longer
+// be read (the machine's scratch balance, one per step).
+func (b *balance) fill(v *view, shards int) {
+	if b.held == nil {
+		b.held = make(map[string]int)
+	}
+	clear(b.held)
+	*b = balance{shards: shards, ids: b.ids[:0], held: b.held, free: b.free[:0]}
 	for id, m := range v.members {
 		if counts(m) && (m.conf.shards == 0 || m.conf.shards == shards) { // another count gets no share: shardcount.go
 			b.ids = append(b.ids, id)
@@ -114,8 +128,10 @@ func balanceOf(v *view, shards int) balance {
 		}
 		b.free = append(b.free, i)
 	}
-	return b
 }
+
+// pos is the position of member id in b.ids (ok false if it does not count).
+func (b balance) pos(id string) (k int, ok bool) { return slices.BinarySearch(b.ids, id) }
 
 // share is the share of the member at position k of b.ids.
 func (b balance) share(k int) int {
@@ -157,10 +173,8 @@ func (b balance) deal(v *view) [][]int {
 // dealNeed is deal, and what each member (by position in b.ids) is still
 // short of once the free shards are dealt.
 func (b balance) dealNeed(v *view) ([][]int, []int) {
-	pos := make(map[string]int, len(b.ids))
 	need := make([]int, len(b.ids))
-	for k, id := range b.ids {
-		pos[id] = k
+	for k := range b.ids {
 		need[k] = b.deficit(k)
 	}
 	out := make([][]int, len(b.ids))
@@ -175,7 +189,7 @@ func (b balance) dealNeed(v *view) ([][]int, []int) {
 			rest = append(rest, i)
 			continue
 		}
-		k, counted := pos[h]
+		k, counted := b.pos(h)
 		switch {
 		case !counted && m.rejoined: // kept until its session counts
 		case !counted:
@@ -221,34 +235,40 @@ func (b balance) plan(v *view) []string {
 	if len(b.ids) == 0 {
 		return to
 	}
-	_, need := b.dealNeed(v)
-	pos := make(map[string]int, len(b.ids))
-	for k, id := range b.ids {
-		pos[id] = k
-	}
 	holders := make([]string, 0, len(b.held))
 	for h := range b.held {
 		holders = append(holders, h)
 	}
 	slices.Sort(holders)
-	var surplus []int
-	for _, h := range holders {
-		over := 0
-		if k, ok := pos[h]; ok {
-			over = b.held[h] - b.share(k)
+	over := make([]int, len(holders)) // by position in holders
+	n := 0
+	for j, h := range holders {
+		if k, ok := b.pos(h); ok {
+			over[j] = max(0, b.held[h]-b.share(k))
 		} else if m := v.members[h]; m.leaving {
-			over = b.held[h]
+			over[j] = b.held[h]
 		}
-		if over <= 0 {
-			continue
+		n += over[j]
+	}
+	if n == 0 {
+		return to // no surplus: nothing to plan
+	}
+	_, need := b.dealNeed(v)
+	// Each holder's surplus is the last of its shards: taken in one pass
+	// from the end, then put in order of holder, then of shard.
+	type pick struct{ j, i int }
+	picks := make([]pick, 0, n)
+	for i := len(v.shards) - 1; i >= 0 && len(picks) < n; i-- {
+		s := v.shards[i]
+		if j, ok := slices.BinarySearch(holders, s.holder); ok && over[j] > 0 && holds(v, s) {
+			picks = append(picks, pick{j, i})
+			over[j]--
 		}
-		var mine []int
-		for i, s := range v.shards {
-			if s.holder == h && holds(v, s) {
-				mine = append(mine, i)
-			}
-		}
-		surplus = append(surplus, mine[len(mine)-over:]...)
+	}
+	slices.SortFunc(picks, func(x, y pick) int { return cmp.Or(cmp.Compare(x.j, y.j), cmp.Compare(x.i, y.i)) })
+	surplus := make([]int, len(picks))
+	for k, p := range picks {
+		surplus[k] = p.i
 	}
 	for k := range b.ids {
 		for ; need[k] > 0 && len(surplus) > 0; need[k]-- {
@@ -307,7 +327,7 @@ func moves(v *view, b balance, to []string, me mover) (give, acquire []int) {
 func prefetch(v *view, to []string, self string) []int {
 	var out []int
 	for i, s := range v.shards {
-		if to[i] == self || !holds(v, s) && s.holder == "" && s.next == self {
+		if to[i] == self || s.holder == "" && s.next == self { // a Lease that names no holder is not held
 			out = append(out, i)
 		}
 	}

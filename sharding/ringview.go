@@ -97,14 +97,25 @@ func (g *ringView) snapshot(v *view) {
 	if v.members == nil || v.others == nil {
 		v.members, v.others = make(map[string]memberInfo), make(map[shardKey]shardInfo)
 	}
-	clear(v.members)
-	clear(v.others)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	maps.Copy(v.members, g.members)
+	syncMap(v.members, g.members)
 	v.shards = append(v.shards[:0], g.shards...)
 	v.ringLease = g.ringLease
-	maps.Copy(v.others, g.others)
+	syncMap(v.others, g.others)
+}
+
+// syncMap makes dst equal to src. It overwrites the entries dst shares
+// with src rather than clearing dst: a map stores a value as large as a
+// memberInfo apart from its slot, and overwriting reuses that storage
+// where a new entry allocates it.
+func syncMap[K comparable, V any](dst, src map[K]V) {
+	for k := range dst {
+		if _, ok := src[k]; !ok {
+			delete(dst, k)
+		}
+	}
+	maps.Copy(dst, src)
 }
 
 func (g *ringView) poke() {

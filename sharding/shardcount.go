@@ -152,24 +152,20 @@ func reshard(v *view, self string, own int, settled bool) reshardStep {
 	if !ri.exists || !validShards(live) {
 		return reshardStep{}
 	}
+	if m, ok := v.members[self]; !ok || !counts(m) {
+		return reshardStep{}
+	}
+	if ri.target == 0 {
+		return reshardStep{start: own != live && settled && !ringCounts(v, live)}
+	}
 	var ids []string
-	ringCounts := false // a member of the ring's count is in v, not leaving
 	for id, m := range v.members {
-		if (m.conf.shards == 0 || m.conf.shards == live) && !m.leaving {
-			ringCounts = true
-		}
 		if counts(m) {
 			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
 	k := slices.Index(ids, self)
-	if k < 0 {
-		return reshardStep{}
-	}
-	if ri.target == 0 {
-		return reshardStep{start: own != live && !ringCounts && settled}
-	}
 	var step reshardStep
 	all := true
 	for i := range live {
@@ -184,6 +180,17 @@ func reshard(v *view, self string, own int, settled bool) reshardStep {
 	}
 	step.complete = all
 	return step
+}
+
+// ringCounts reports whether a member of the ring's count live is in v,
+// not leaving.
+func ringCounts(v *view, live int) bool {
+	for _, m := range v.members {
+		if (m.conf.shards == 0 || m.conf.shards == live) && !m.leaving {
+			return true
+		}
+	}
+	return false
 }
 
 // mismatchError is a refusal to join, or to stay in, a ring configured
@@ -216,10 +223,11 @@ func ringConflict(v *view, ring, namespace, self string, ours ringConf) error {
 		live = rl.conf.shards
 	}
 	check := func(k shardKey, s shardInfo) error {
-		if !holds(v, s) || s.holder == self {
+		field := s.conf.field != "" && s.conf.field != ours.field
+		if !field && k.shards == live || s.holder == self || !holds(v, s) { // holds, a look-up, last
 			return nil
 		}
-		if s.conf.field != "" && s.conf.field != ours.field {
+		if field {
 			return mismatchf("sharding: this replica has Config.Field %s, but shard Lease %s/%s of ring %q, held by %q, was written with Field %s; "+
 				"run every replica of a ring with the same Field",
 				ours.field, namespace, shardLeaseName(ring, k.shards, k.i), ring, s.holder, s.conf.field)

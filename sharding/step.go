@@ -66,6 +66,8 @@ type machine struct {
 	// work is each shard's work as a report last showed it (0 unknown),
 	// given to the ledger with an acquisition (ledger.seedWork).
 	work []time.Duration
+	// bal is the step's balance, kept for its storage only (balance.fill).
+	bal balance
 }
 
 func newMachine(c machineConf) machine {
@@ -177,8 +179,9 @@ func (m *machine) Step(o observation) actions {
 		m.aliveFor++
 	}
 	a.mode = m.reshape(v, &a)
-	b := balanceOf(v, m.conf.own.shards)
-	to, causes := m.plan(v, &b)
+	m.bal.fill(v, m.conf.own.shards)
+	b := &m.bal
+	to, causes := m.plan(v, b)
 	m.plans.update(to, causes, now)
 	k, counted := slices.BinarySearch(b.ids, self)
 	m.plans.counted = counted && v.members[self].session == st.session
@@ -188,7 +191,7 @@ func (m *machine) Step(o observation) actions {
 			m.plans.share = b.loadShare(v, to, k)
 		}
 	}
-	give, acquire := moves(v, b, to, mover{self: self, aliveFor: m.aliveFor, active: o.active, failed: m.tried.shard})
+	give, acquire := moves(v, *b, to, mover{self: self, aliveFor: m.aliveFor, active: o.active, failed: m.tried.shard})
 	drain, next := handoffs(v, to, give, handoffClock{since: m.plans.since, now: now, wait: m.conf.handoffWait})
 	m.plans.handoffAt = next
 	if st.leaving {
