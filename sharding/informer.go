@@ -87,18 +87,18 @@ func newInformer(r *Replica, lw cache.ListerWatcher, obj runtime.Object, indexer
 	return shardcache.New(cfg)
 }
 
-// informerMissing returns the error Run returns when the replica has no
-// primary informer to run or to wait for: Config.ListerWatcher is nil and
-// NewInformer has not built one. New cannot tell, as NewInformer may
-// still be called after it (controller-runtime's cache builds its
-// informers when a controller starts); Run can, and refuses at once
-// rather than wait for shards that would never sync. r.mu must be held.
-func (r *Replica) informerMissing() error {
-	if r.cfg.ListerWatcher != nil || r.primary != nil {
+// informerMissing returns the error Run returns when a replica of cfg
+// has no primary informer to run or to wait for: Config.ListerWatcher is
+// nil and NewInformer has not built one (primary is nil). New cannot
+// tell, as NewInformer may still be called after it (controller-runtime's
+// cache builds its informers when a controller starts); Run can, and
+// refuses at once rather than wait for shards that would never sync.
+func informerMissing(cfg Config, primary *informer) error {
+	if cfg.ListerWatcher != nil || primary != nil {
 		return nil
 	}
 	return fmt.Errorf("sharding: Config.ListerWatcher is nil and no informer of Config.Object's type (%T) was built "+
-		"through NewInformer before Run: set Config.ListerWatcher, or build the informer first", r.cfg.Object)
+		"through NewInformer before Run: set Config.ListerWatcher, or build the informer first", cfg.Object)
 }
 
 // filtering converts the cache's mode.

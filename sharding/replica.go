@@ -220,7 +220,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		r.mu.Unlock()
 		return errors.New("sharding: Run called twice")
 	}
-	if err := r.informerMissing(); err != nil {
+	if err := informerMissing(r.cfg, r.primary); err != nil {
 		r.mu.Unlock()
 		return err
 	}
