@@ -238,6 +238,9 @@ type simReplica struct {
 	dirty     bool
 	adm, mine uint32
 	admUntil  time.Time
+	// renewedAt is when, on its clock, its ticks sent their membership
+	// writes (in a calm scenario: check (g)).
+	renewedAt []time.Time
 }
 
 // simRun is a run in flight: its number, its ticket, and whether its
@@ -378,6 +381,12 @@ type sim struct {
 	hook   func(e simEvent)
 	// moveBound, if set, is check (c)'s bound in place of simMoveBound.
 	moveBound time.Duration
+	// together starts the replicas started at the start at one instant
+	// (else each ticks first within a RetryPeriod of it).
+	together bool
+	// acquired counts the shard Leases that came to name a replica's
+	// session (check (f)).
+	acquired int
 }
 
 func newSim(seed uint64) *sim {
@@ -429,7 +438,11 @@ func (s *sim) start(id string, shards int) {
 	s.order = append(s.order, id)
 	s.list = append(s.list, rp)
 	s.deliver(rp, len(s.store.log)) // its first list
-	s.at(s.span(rp, time.Duration(rp.rnd.Int64N(int64(simRetry)))), "tick", id)
+	first := time.Duration(rp.rnd.Int64N(int64(simRetry)))
+	if s.together && s.now.Equal(t0) {
+		first = 0
+	}
+	s.at(s.span(rp, first), "tick", id)
 }
 
 // simDrift bounds how far a replica's clock rate is off: each runs at a
@@ -502,7 +515,11 @@ func (s *sim) write(rp *simReplica, le *coordinationv1.Lease, update bool) (*coo
 		return nil, simTimeout
 	}
 	if err == nil { // check (c): a release, or the ring's Lease, frees ranges
-		switch p := s.store.recs[le.Name].p; {
+		p := s.store.recs[le.Name].p
+		if p.shard >= 0 && p.s.holder == rp.id && (was.s.holder != rp.id || was.s.session != p.s.session) {
+			s.acquired++ // check (f)
+		}
+		switch {
 		case p.ring:
 			s.freed(0, simUnits)
 		case p.shard >= 0 && was.s.holder == rp.id && p.s.holder == "" && p.count == rp.shards:
@@ -602,6 +619,9 @@ func (s *sim) renew(rp *simReplica, tick bool) bool {
 	rp.hold = false
 	if !ok {
 		return false
+	}
+	if tick && s.calm {
+		rp.renewedAt = append(rp.renewedAt, s.clock(rp)) // check (g)
 	}
 	if rp.flight != nil && r.err != nil {
 		s.at(time.Duration(rp.rnd.Int64N(int64(2*simRenew))), "land", rp.id)
