@@ -90,11 +90,21 @@ var simRingScenarios = []struct {
 	name   string
 	faults []simFault
 }{
-	// A replica whose requests land and whose answers are lost for longer
-	// than it takes to settle: its session lapses, and it writes a join
-	// each period that never counts. Its shards must go to the others
-	// (completeness); counted, it would be dealt a share it cannot take.
+	// A replica whose writes land with their answers lost (refusals and
+	// reads answered) for longer than it takes to settle: its session
+	// lapses, and it reads its Lease back and writes a join every few
+	// periods, none of which it learns of, so none is confirmed. Its
+	// shards must go to the others (completeness); its joins counted in
+	// the shares, it would be dealt a share it cannot take.
 	{"answers lost for 70 s", []simFault{{at: 30 * time.Second, kind: "deaf", id: "r01", d: 70 * time.Second}}},
+	// A leaver's releases land with their answers lost, its watch behind:
+	// it tries them again at the version its view shows (refused), and
+	// once the view shows the Leases moved on, it must drop them (adopt)
+	// and finish its leave (check (i)).
+	{"a leaver's releases unanswered, its watch behind", []simFault{
+		{at: 30 * time.Second, kind: "leave", id: "r02"},
+		{at: 44500 * time.Millisecond, kind: "deaf", id: "r02", d: 3 * time.Second},
+		{at: 44500 * time.Millisecond, kind: "stall", id: "r02", d: 6 * time.Second}}},
 }
 
 // TestSimScenarios runs each of simRingScenarios, seeds 0 and 1, for 3

@@ -178,7 +178,7 @@ func (io simIO) Delete(_ context.Context, name string, o metav1.DeleteOptions) e
 	}
 	err := s.store.del(name, o)
 	s.changed()
-	if !answered {
+	if !answered || err == nil && s.now.Before(rp.deafUntil) {
 		return simTimeout
 	}
 	return err
@@ -216,11 +216,15 @@ type simReplica struct {
 	seen    int       // the store's log entries its watch delivered
 	watchAt time.Time // when its watch delivers next (FIFO)
 	cutOff  time.Time // partitioned until then
-	// deafUntil: until then its requests land and their answers are lost
-	// (a planned fault, "deaf").
+	// deafUntil: until then the answers of its writes that the store
+	// applies are lost; refusals and reads are answered (a planned
+	// fault, "deaf").
 	deafUntil time.Time
-	dead      bool
-	leaving   bool
+	// stallUntil: until then its watch delivers nothing (a planned
+	// fault, "stall").
+	stallUntil time.Time
+	dead       bool
+	leaving    bool
 	// leaveNext: a leave came while a membership write was in flight; it
 	// starts once the write's answer is in (leave).
 	leaveNext bool
@@ -492,9 +496,6 @@ func (s *sim) reach(rp *simReplica) (lands, answered bool) {
 	if s.now.Before(rp.cutOff) {
 		return false, false
 	}
-	if s.now.Before(rp.deafUntil) {
-		return true, false
-	}
 	return true, !s.faulty() || rp.rnd.IntN(20) != 0 // one answer in twenty lost
 }
 
@@ -520,8 +521,15 @@ func (s *sim) write(rp *simReplica, le *coordinationv1.Lease, update bool) (*coo
 	if cur, ok := s.store.recs[le.Name]; ok {
 		was = cur.p
 	}
+	held := was.shard >= 0 && was.s.holder != "" && s.store.recs[simMemberName(was.s.holder)].p.m.session == was.s.session
 	out, err := s.store.put(le, update)
-	if err == nil && !answered {
+	if p := s.store.recs[le.Name].p; err == nil && held && was.s.holder != rp.id && p.s.holder != was.s.holder && s.violated == "" {
+		// check (h): a Lease held in a live session changes hands only
+		// by its holder's release (or a fence that ends the session).
+		s.violated = fmt.Sprintf("at %v %s wrote shard %d/%d held by %s in its live session %s (holder now %q)",
+			s.now.Sub(t0), rp.id, p.shard, p.count, was.s.holder, was.s.session, p.s.holder)
+	}
+	if err == nil && (!answered || s.now.Before(rp.deafUntil)) {
 		return nil, simTimeout
 	}
 	if err == nil { // check (c): a release, or the ring's Lease, frees ranges
@@ -552,6 +560,9 @@ func (s *sim) changed() {
 			d = time.Duration(rp.rnd.Int64N(int64(2 * simLease))) // a stalled watch
 		}
 		at := s.now.Add(d)
+		if at.Before(rp.stallUntil) {
+			at = rp.stallUntil
+		}
 		if at.Before(rp.watchAt) {
 			at = rp.watchAt
 		}
@@ -802,7 +813,7 @@ func (s *sim) admitters(occupied *[simUnits]int, run bool) [][]string {
 // and of which shard count (a join or a rollout; 0 is simShards).
 type simFault struct {
 	at     time.Duration
-	kind   string // join, crash, partition, leave, surge, rolling; deaf (planned only)
+	kind   string // join, crash, partition, leave, surge, rolling; deaf, stall (planned only)
 	id     string
 	d      time.Duration
 	shards int
@@ -948,7 +959,7 @@ func (s *sim) applyFault(f simFault) bool {
 		return true
 	}
 	rp := s.reps[f.id]
-	if rp == nil || rp.dead || rp.leaving {
+	if rp == nil || rp.dead || rp.leaving && f.kind != "deaf" && f.kind != "stall" { // a planned fault may hit a leaver
 		return false
 	}
 	switch f.kind {
@@ -959,6 +970,8 @@ func (s *sim) applyFault(f simFault) bool {
 		rp.cutOff = s.now.Add(f.d)
 	case "deaf":
 		rp.deafUntil = s.now.Add(f.d)
+	case "stall":
+		rp.stallUntil = s.now.Add(f.d)
 	case "leave":
 		s.leave(rp)
 	}
@@ -991,7 +1004,7 @@ func (s *sim) otherCount() int {
 
 func (f simFault) String() string {
 	switch f.kind {
-	case "partition", "deaf":
+	case "partition", "deaf", "stall":
 		return fmt.Sprintf("%v %s %s for %v", f.at, f.kind, f.id, f.d)
 	case "surge", "rolling":
 		return fmt.Sprintf("%v %s rollout to Shards %d, steps %v apart", f.at, f.kind, max(f.shards, simShards), f.d)
@@ -1243,8 +1256,19 @@ func (s *sim) checkMoves(admitted *[simUnits]int) {
 // membership Lease and stops; the others tick again at nextTick.
 func (s *sim) after(rp *simReplica) {
 	if rp.leaving {
-		if done, _ := rp.l.leaveDone(context.Background()); done {
+		if done, err := rp.l.leaveDone(context.Background()); done {
 			rp.dead = true // Run returns
+			if err != nil && s.calm && s.violated == "" {
+				// check (i), in a calm scenario: a graceful leave ends
+				// with every shard released or its session over, within
+				// HandoffTimeout + GracePeriod + RenewDeadline (a
+				// drain's runs return within GracePeriod + simStop of
+				// its start, its start within HandoffTimeout of the
+				// leave's). Under random faults a watch stalled for
+				// longer leaves a release failing at the version the
+				// view shows, and the leave gives up as designed.
+				s.violated = fmt.Sprintf("at %v %s gave up its leave: %v\n%s", s.now.Sub(t0), rp.id, err, s.dump())
+			}
 			return
 		}
 	}
