@@ -33,7 +33,11 @@ import (
 // checks that no hash range is admitted or run by two replicas at once,
 // whatever their counts; once the faults stop, that every range is
 // admitted within a bound, and that the ring switches its count within a
-// bound once no replica of its count runs.
+// bound once no replica of its count runs. Lettered checks: (c) a planned
+// move's gap, (e) the count switch (sim_count_test.go), (f) and (g)
+// replicas started together (sim_start_test.go), (h) a held Lease changes
+// hands only by its holder, (i) a graceful leave in a calm run does not
+// give up.
 //
 // Each replica is a real Replica and its loop: the machine's actions are
 // carried out by the executor (exec.go) and leaseIO (leases.go), whose
