@@ -285,10 +285,6 @@ type asModel struct {
 func newAsModel(t testing.TB, seed uint64) *asModel {
 	s := newSim(seed)
 	s.calm, s.replay = true, true // no faults: the autoscaler's moves only
-	// Several pods that join at once change the shares between a plan and
-	// its release: the taker a release names may have its share by then,
-	// and the shard waits for its new taker's next tick.
-	s.moveBound = simMoveBound + simRetry + jitterMax(simRetry, simRenew)
 	m := &asModel{s: s, rnd: rand.New(rand.NewPCG(seed, 0xa5ca1e)), hpa: asBehavior(t),
 		target: scaleTarget{busy: DefaultTargetBusy, oldest: asTargetOldest, shards: simShards},
 		keys:   map[string]*asKey{}, runs: map[int]asRun{}, spans: map[string][]asSpan{},

@@ -94,8 +94,11 @@ func TestSimCount(t *testing.T) {
 // take none of them; the planned scenarios seal them long before a
 // newcomer's third tick). A change to the draws changes what a seed draws:
 // find the seed again by running the mutant the comment names over more
-// seeds (proofs.md gives the one that catches it now).
-var simCountPinned = []uint64{26}
+// seeds (proofs.md gives the one that catches it now). Seed 37: the same
+// mutant, a closing replica that stays live, under the draws since the
+// simulation takes a leave between the loop's steps (the default seeds
+// no longer catch it).
+var simCountPinned = []uint64{26, 37}
 
 // simCountSeeds are the seeds below n, then the pinned ones not among them.
 func simCountSeeds(n uint64) []uint64 {

@@ -33,7 +33,11 @@ import (
 // checks that no hash range is admitted or run by two replicas at once,
 // whatever their counts; once the faults stop, that every range is
 // admitted within a bound, and that the ring switches its count within a
-// bound once no replica of its count runs.
+// bound once no replica of its count runs. Lettered checks: (c) a planned
+// move's gap, (e) the count switch (sim_count_test.go), (f) and (g)
+// replicas started together (sim_start_test.go), (h) a held Lease changes
+// hands only by its holder, (i) a graceful leave in a calm run does not
+// give up.
 //
 // Each replica is a real Replica and its loop: the machine's actions are
 // carried out by the executor (exec.go) and leaseIO (leases.go), whose
@@ -178,7 +182,7 @@ func (io simIO) Delete(_ context.Context, name string, o metav1.DeleteOptions) e
 	}
 	err := s.store.del(name, o)
 	s.changed()
-	if !answered {
+	if !answered || err == nil && s.now.Before(rp.deafUntil) {
 		return simTimeout
 	}
 	return err
@@ -216,8 +220,18 @@ type simReplica struct {
 	seen    int       // the store's log entries its watch delivered
 	watchAt time.Time // when its watch delivers next (FIFO)
 	cutOff  time.Time // partitioned until then
-	dead    bool
-	leaving bool
+	// deafUntil: until then the answers of its writes that the store
+	// applies are lost; refusals and reads are answered (a planned
+	// fault, "deaf").
+	deafUntil time.Time
+	// stallUntil: until then its watch delivers nothing (a planned
+	// fault, "stall").
+	stallUntil time.Time
+	dead       bool
+	leaving    bool
+	// leaveNext: a leave came while a membership write was in flight; it
+	// starts once the write's answer is in (leave).
+	leaveNext bool
 	// A membership write in flight: its answer comes at answerAt (the
 	// loop waits for it, deciding nothing meanwhile); nextTick is when the
 	// tick after it is due.
@@ -238,6 +252,9 @@ type simReplica struct {
 	dirty     bool
 	adm, mine uint32
 	admUntil  time.Time
+	// renewedAt is when, on its clock, its ticks sent their membership
+	// writes (in a calm scenario: check (g)).
+	renewedAt []time.Time
 }
 
 // simRun is a run in flight: its number, its ticket, and whether its
@@ -376,8 +393,15 @@ type sim struct {
 	keys   func(rp *simReplica)
 	report func(rp *simReplica) memberLoad
 	hook   func(e simEvent)
-	// moveBound, if set, is check (c)'s bound in place of simMoveBound.
-	moveBound time.Duration
+	// unplanned: a calm scenario's faults end sessions (deaf), so not
+	// every move is planned: no check (c).
+	unplanned bool
+	// together starts the replicas started at the start at one instant
+	// (else each ticks first within a RetryPeriod of it).
+	together bool
+	// acquired counts the shard Leases that came to name a replica's
+	// session (check (f)).
+	acquired int
 }
 
 func newSim(seed uint64) *sim {
@@ -429,7 +453,11 @@ func (s *sim) start(id string, shards int) {
 	s.order = append(s.order, id)
 	s.list = append(s.list, rp)
 	s.deliver(rp, len(s.store.log)) // its first list
-	s.at(s.span(rp, time.Duration(rp.rnd.Int64N(int64(simRetry)))), "tick", id)
+	first := time.Duration(rp.rnd.Int64N(int64(simRetry)))
+	if s.together && s.now.Equal(t0) {
+		first = 0
+	}
+	s.at(s.span(rp, first), "tick", id)
 }
 
 // simDrift bounds how far a replica's clock rate is off: each runs at a
@@ -497,12 +525,23 @@ func (s *sim) write(rp *simReplica, le *coordinationv1.Lease, update bool) (*coo
 	if cur, ok := s.store.recs[le.Name]; ok {
 		was = cur.p
 	}
+	held := was.shard >= 0 && was.s.holder != "" && s.store.recs[simMemberName(was.s.holder)].p.m.session == was.s.session
 	out, err := s.store.put(le, update)
-	if err == nil && !answered {
+	if p := s.store.recs[le.Name].p; err == nil && held && was.s.holder != rp.id && p.s.holder != was.s.holder && s.violated == "" {
+		// check (h): a Lease held in a live session changes hands only
+		// by its holder's release (or a fence that ends the session).
+		s.violated = fmt.Sprintf("at %v %s wrote shard %d/%d held by %s in its live session %s (holder now %q)",
+			s.now.Sub(t0), rp.id, p.shard, p.count, was.s.holder, was.s.session, p.s.holder)
+	}
+	if err == nil && (!answered || s.now.Before(rp.deafUntil)) {
 		return nil, simTimeout
 	}
 	if err == nil { // check (c): a release, or the ring's Lease, frees ranges
-		switch p := s.store.recs[le.Name].p; {
+		p := s.store.recs[le.Name].p
+		if p.shard >= 0 && p.s.holder == rp.id && (was.s.holder != rp.id || was.s.session != p.s.session) {
+			s.acquired++ // check (f)
+		}
+		switch {
 		case p.ring:
 			s.freed(0, simUnits)
 		case p.shard >= 0 && was.s.holder == rp.id && p.s.holder == "" && p.count == rp.shards:
@@ -525,6 +564,9 @@ func (s *sim) changed() {
 			d = time.Duration(rp.rnd.Int64N(int64(2 * simLease))) // a stalled watch
 		}
 		at := s.now.Add(d)
+		if at.Before(rp.stallUntil) {
+			at = rp.stallUntil
+		}
 		if at.Before(rp.watchAt) {
 			at = rp.watchAt
 		}
@@ -602,6 +644,9 @@ func (s *sim) renew(rp *simReplica, tick bool) bool {
 	rp.hold = false
 	if !ok {
 		return false
+	}
+	if tick && s.calm {
+		rp.renewedAt = append(rp.renewedAt, s.clock(rp)) // check (g)
 	}
 	if rp.flight != nil && r.err != nil {
 		s.at(time.Duration(rp.rnd.Int64N(int64(2*simRenew))), "land", rp.id)
@@ -772,7 +817,7 @@ func (s *sim) admitters(occupied *[simUnits]int, run bool) [][]string {
 // and of which shard count (a join or a rollout; 0 is simShards).
 type simFault struct {
 	at     time.Duration
-	kind   string // join, crash, partition, leave, surge, rolling
+	kind   string // join, crash, partition, leave, surge, rolling; deaf, stall (planned only)
 	id     string
 	d      time.Duration
 	shards int
@@ -918,7 +963,7 @@ func (s *sim) applyFault(f simFault) bool {
 		return true
 	}
 	rp := s.reps[f.id]
-	if rp == nil || rp.dead || rp.leaving {
+	if rp == nil || rp.dead || rp.leaving && f.kind != "deaf" && f.kind != "stall" { // a planned fault may hit a leaver
 		return false
 	}
 	switch f.kind {
@@ -927,19 +972,29 @@ func (s *sim) applyFault(f simFault) bool {
 		rp.runs = nil // its runs die with it
 	case "partition":
 		rp.cutOff = s.now.Add(f.d)
+	case "deaf":
+		rp.deafUntil = s.now.Add(f.d)
+	case "stall":
+		rp.stallUntil = s.now.Add(f.d)
 	case "leave":
 		s.leave(rp)
 	}
 	return true
 }
 
-// leave starts rp's graceful leave.
+// leave starts rp's graceful leave, as the loop's leave does: its start
+// and the write that announces it. The loop takes the signal between two
+// of its steps, so a leave that comes while a membership write is in
+// flight starts once that write's answer and the decision after it are
+// in (leaveNext).
 func (s *sim) leave(rp *simReplica) {
 	rp.leaving = true
-	rp.l.startLeave()
-	if rp.pending == nil {
-		s.renew(rp, false)
+	if rp.pending != nil {
+		rp.leaveNext = true
+		return
 	}
+	rp.l.startLeave()
+	s.renew(rp, false)
 }
 
 // otherCount is the shard count that is not the ring's now (of the two
@@ -953,8 +1008,8 @@ func (s *sim) otherCount() int {
 
 func (f simFault) String() string {
 	switch f.kind {
-	case "partition":
-		return fmt.Sprintf("%v partition %s for %v", f.at, f.id, f.d)
+	case "partition", "deaf", "stall":
+		return fmt.Sprintf("%v %s %s for %v", f.at, f.kind, f.id, f.d)
 	case "surge", "rolling":
 		return fmt.Sprintf("%v %s rollout to Shards %d, steps %v apart", f.at, f.kind, max(f.shards, simShards), f.d)
 	case "join":
@@ -1043,6 +1098,13 @@ func (s *sim) run(d time.Duration) string {
 			tick := rp.pending.tick
 			s.answer(rp)
 			s.step(rp, tick)
+			if rp.leaveNext { // the leave the loop takes now
+				rp.leaveNext = false
+				rp.l.startLeave()
+				if s.renew(rp, false) {
+					continue // after once its answer is in
+				}
+			}
 			s.after(rp)
 		case "tick":
 			rp := s.reps[e.id]
@@ -1184,10 +1246,7 @@ func (s *sim) checkMoves(admitted *[simUnits]int) {
 			m.maxAfter = max(m.maxAfter, s.now.Sub(from))
 			m.gaps++
 			bound := simMoveBound
-			if s.moveBound > 0 {
-				bound = s.moveBound
-			}
-			if s.calm && s.now.Sub(from) > bound && s.violated == "" {
+			if s.calm && !s.unplanned && s.now.Sub(from) > bound && s.violated == "" {
 				s.violated = fmt.Sprintf("at %v hash range %d/%d taken %v after its drain (gap %v, bound %v)",
 					s.now.Sub(t0), u, simUnits, s.now.Sub(from), s.now.Sub(m.gap[u]), bound)
 			}
@@ -1201,8 +1260,19 @@ func (s *sim) checkMoves(admitted *[simUnits]int) {
 // membership Lease and stops; the others tick again at nextTick.
 func (s *sim) after(rp *simReplica) {
 	if rp.leaving {
-		if done, _ := rp.l.leaveDone(context.Background()); done {
+		if done, err := rp.l.leaveDone(context.Background()); done {
 			rp.dead = true // Run returns
+			if err != nil && s.calm && s.violated == "" {
+				// check (i), in a calm scenario: a graceful leave ends
+				// with every shard released or its session over, within
+				// HandoffTimeout + GracePeriod + RenewDeadline (a
+				// drain's runs return within GracePeriod + simStop of
+				// its start, its start within HandoffTimeout of the
+				// leave's). Under random faults a watch stalled for
+				// longer leaves a release failing at the version the
+				// view shows, and the leave gives up as designed.
+				s.violated = fmt.Sprintf("at %v %s gave up its leave: %v\n%s", s.now.Sub(t0), rp.id, err, s.dump())
+			}
 			return
 		}
 	}
