@@ -179,6 +179,15 @@ func (m *machine) Step(o observation) actions {
 		m.aliveFor++
 	}
 	a.mode = m.reshape(v, &a)
+	if me, ok := v.members[self]; ok && st.leaving && me.session == st.session && !me.leaving {
+		// The leave is written but the watch has not shown it yet: plan
+		// as the others will once it has (their copies of the plan then
+		// name the same takers), rather than give every shard up at once
+		// with no taker, a move that costs its taker a list. v is this
+		// decision's copy of the ring.
+		me.leaving = true
+		v.members[self] = me
+	}
 	m.bal.fill(v, m.conf.own.shards)
 	b := &m.bal
 	to, causes := m.plan(v, b)
@@ -196,8 +205,8 @@ func (m *machine) Step(o observation) actions {
 	m.plans.handoffAt = next
 	if st.leaving {
 		// Leaving, the shards no one is planned to take (no other member
-		// counts, or the view does not show the leave yet) are given up
-		// at once, as are all of them once the leave's bound is over.
+		// counts) are given up at once, as are all of them once the
+		// leave's bound is over.
 		m.plans.prefetch, acquire = nil, nil
 		bound := m.leaveAt.Add(m.conf.handoffWait)
 		for _, i := range o.active {

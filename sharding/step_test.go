@@ -98,6 +98,28 @@ func TestStepLeavingHandsOver(t *testing.T) {
 	}
 }
 
+func TestStepLeavingBeforeTheWatchShowsIt(t *testing.T) {
+	// b has written its leave, but its view still shows it a member that
+	// counts: it plans as the others will once they see the leave (its
+	// shards to a, handed over once a has synced them), not a give-up of
+	// every shard at once with no taker.
+	v := testView([]string{"a", "b"}, []string{"a", "a", "a", "a", "b", "b", "b", "b"})
+	m := testMachine("b", 8)
+	m.leaveAt = t0
+	o := observation{now: t0, v: v, session: sessionState{alive: true, session: "s-b", leaving: true}, active: []int{4, 5, 6, 7}}
+	if a := m.Step(o); len(a.drain) > 0 {
+		t.Fatalf("leave not yet seen: drains %v at once, want none before the handoff", a.drain)
+	}
+	for i := 4; i < 8; i++ {
+		if m.plans.to[i] != "a" {
+			t.Errorf("shard %d planned for %q, want a", i, m.plans.to[i])
+		}
+	}
+	if v.members["b"].leaving != true {
+		t.Errorf("the decision's view does not show b leaving")
+	}
+}
+
 func TestStepCountSwitch(t *testing.T) {
 	// The ring switches from 8 to 16 shards: b, of 8, is closing; it
 	// takes nothing, gives up its shards at once, and seals each release.
