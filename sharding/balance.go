@@ -56,6 +56,7 @@ const (
 	heldHysteresis = "hysteresis" // no move gains loadGain × T
 	heldBudget     = "budget"     // loadBudget moves in flight
 	heldUnmeasured = "unmeasured" // a shard held or in flight has no report yet
+	heldShare      = "share"      // the next move would carry over loadShareMax of the objects in the window
 )
 
 // loadMove is one planned move.
@@ -82,8 +83,12 @@ type loadPlan struct {
 	// inflight are the moves begun (the taker has synced the shard, or
 	// it is released naming the taker), budget loadBudget.
 	inflight, budget int
+	// moved is what the window's moves weigh (shareBudget: objects, or
+	// shards), those planned included, and shareLimit the most they may.
+	moved, shareLimit int64
 	// moves are the moves planned, in the order they were chosen; held
-	// why no further one is (heldBand, heldHysteresis, heldBudget).
+	// why no further one is (heldBand, heldHysteresis, heldBudget,
+	// heldShare, heldUnmeasured).
 	moves []loadMove
 	held  string
 }
@@ -150,8 +155,12 @@ func measures(m memberInfo) bool {
 // Moves in flight (a held shard that another counted member says it has
 // synced; a released shard naming its taker) are counted as done, kept
 // planned, and counted in the budget. A leaver's shards go first,
-// heaviest first, each to the least loaded member, whatever the budget.
-// Then, while the budget lasts: if the most loaded member is over the
+// heaviest first, each to the least loaded member, whatever the budgets.
+// No further move is made while a shard held by a counted member, or in
+// flight to one, has no load reported (heldUnmeasured). Then, while the
+// budget lasts, and while the moves of the window weigh at most
+// loadShareMax of the objects (shareBudget; the window's first move
+// always): if the most loaded member is over the
 // bound, or the least loaded under loadFloor × the mean, the plan moves
 // the shard that best evens the most loaded member (only it, when over
 // the bound; else the most loaded one that can give) with the least
@@ -188,6 +197,7 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 	floor := time.Duration(loadFloor * float64(p.mean))
 	gainMin := time.Duration(loadGain * float64(t))
 	p.budget = loadBudget(len(b.ids))
+	share := shareOf(v)
 
 	counted := make(map[string]bool, len(b.ids))
 	p.loads = make(map[string]time.Duration, len(b.ids))
@@ -204,6 +214,7 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 			if s.holder == "" && counted[s.next] { // released for its taker
 				p.loads[s.next] += p.work[i]
 				p.inflight++
+				share.take(i)
 			}
 			continue
 		}
@@ -211,6 +222,7 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 			to[i] = taker
 			p.loads[taker] += p.work[i]
 			p.inflight++
+			share.take(i)
 			continue
 		}
 		switch {
@@ -248,9 +260,11 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 	for i, s := range v.shards {
 		if !p.known[i] && (holds(v, s) && counted[s.holder] || !holds(v, s) && s.holder == "" && counted[s.next]) {
 			// A shard whose work no report shows yet (its taker's
-			// report predates it): the loads are not known well enough to
-			// add a move until the next report.
+			// report predates it, or its holder has not measured it for
+			// loadMeasureMin: a ring's start): the loads are not known
+			// well enough to add a move until a report shows it.
 			p.held = heldUnmeasured
+			p.moved, p.shareLimit = share.used, share.limit
 			return to, p
 		}
 	}
@@ -284,6 +298,11 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 			p.held = heldHysteresis
 			break
 		}
+		if !share.admits(best.shard) {
+			p.held = heldShare
+			break
+		}
+		share.take(best.shard)
 		best.cause = causeLoad
 		if b.held[l] == 0 && !slices.ContainsFunc(p.moves, func(m loadMove) bool { return m.to == l }) {
 			best.cause = causeJoin
@@ -294,6 +313,7 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 		p.moves = append(p.moves, best)
 		budget--
 	}
+	p.moved, p.shareLimit = share.used, share.limit
 	return to, p
 }
 
@@ -374,7 +394,8 @@ func (p loadPlan) String() string {
 	if p.fallback != "" {
 		return "count (" + p.fallback + ")"
 	}
-	s := "load: mean " + p.mean.String() + " bound " + p.bound.String() + " in flight " + strconv.Itoa(p.inflight) + "/" + strconv.Itoa(p.budget)
+	s := "load: mean " + p.mean.String() + " bound " + p.bound.String() + " in flight " + strconv.Itoa(p.inflight) + "/" + strconv.Itoa(p.budget) +
+		" moved " + strconv.FormatInt(p.moved, 10) + "/" + strconv.FormatInt(p.shareLimit, 10)
 	for _, m := range p.moves {
 		s += " " + strconv.Itoa(m.shard) + ":" + m.from + "→" + m.to + "(" + m.cause + ")"
 	}

@@ -443,3 +443,86 @@ func TestLoadPlanRounds(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanLoadShare checks the plan's share budget (shareBudget) and its
+// wait for measured loads: 8 members (a budget of 2 moves in flight), a
+// holding four shards of work 10, the others one of work 5, so that
+// without the share budget the plan makes two moves, a→b and a→c.
+func TestPlanLoadShare(t *testing.T) {
+	members := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	holders := []string{"a", "a", "a", "a", "b", "c", "d", "e", "f", "g", "h"}
+	work := []float64{10, 10, 10, 10, 5, 5, 5, 5, 5, 5, 5}
+	hundred := slices.Repeat([]int{100}, len(holders))
+	ref := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		name    string
+		objects []int                 // reported objects by shard (nil: none)
+		taken   map[int]time.Duration // shard Leases taken over (transitions 2) this long before ref
+		first   map[int]time.Duration // shard Leases first acquired (transitions 1) this long before ref
+		unknown []int                 // shards reported without load
+		synced  map[string][]int
+		want    string
+	}{
+		{name: "without the share's limit: two moves, the budget's",
+			objects: []int{1, 1, 1, 1, 100, 100, 100, 100, 100, 100, 100}, want: "0:a→b(load) 1:a→c(load) held: budget"},
+		{name: "a burst: the second move would carry 200 of 1100 objects, over 10%",
+			objects: hundred, want: "0:a→b(load) held: share"},
+		{name: "one move a window always, even over the share",
+			objects: []int{500, 500, 500, 500, 10, 10, 10, 10, 10, 10, 10}, want: "0:a→b(load) held: share"},
+		{name: "a shard taken over within the window counts",
+			objects: hundred, taken: map[int]time.Duration{4: 30 * time.Second}, want: "held: share"},
+		{name: "a shard taken over a window ago counts no more",
+			objects: hundred, taken: map[int]time.Duration{4: loadWindow + time.Second}, want: "0:a→b(load) held: share"},
+		{name: "a first acquisition is no move",
+			objects: hundred, first: map[int]time.Duration{4: time.Second}, want: "0:a→b(load) held: share"},
+		{name: "a move in flight counts",
+			objects: hundred, synced: map[string][]int{"b": {0}}, want: "held: share"},
+		{name: "no objects reported: by shards (10% of 11 shards: the window's first move only)",
+			want: "0:a→b(load) held: share"},
+		{name: "a ring's start: a held shard not yet measured holds every move",
+			objects: hundred, unknown: []int{3}, want: "held: unmeasured"},
+		{name: "a ring's start: a member none of whose shards is measured yet: by count",
+			objects: hundred, unknown: []int{4}, want: "count (member b publishes no load)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := withWork(testView(members, holders), work)
+			for id, m := range v.members {
+				m.renewed = ref
+				m.synced = tc.synced[id]
+				for k, h := range m.load.held {
+					if tc.objects != nil {
+						m.load.held[k].objects = tc.objects[h.shard]
+					}
+					if slices.Contains(tc.unknown, h.shard) {
+						m.load.held[k].known, m.load.held[k].load = false, shardLoad{}
+					}
+				}
+				v.members[id] = m
+			}
+			for i := range v.shards {
+				v.shards[i].transitions, v.shards[i].acquired = 2, t0
+				if d, ok := tc.taken[i]; ok {
+					v.shards[i].acquired = ref.Add(-d)
+				}
+				if d, ok := tc.first[i]; ok {
+					v.shards[i].transitions, v.shards[i].acquired = 1, ref.Add(-d)
+				}
+			}
+			to, p := planOf(v)
+			got := "count (" + p.fallback + ")"
+			if p.fallback == "" {
+				var parts []string
+				for _, m := range p.moves {
+					parts = append(parts, fmt.Sprintf("%d:%s→%s(%s)", m.shard, m.from, m.to, m.cause))
+					if to[m.shard] != m.to {
+						t.Errorf("to[%d] = %q, the move says %q", m.shard, to[m.shard], m.to)
+					}
+				}
+				got = strings.Join(append(parts, "held: "+p.held), " ")
+			}
+			if got != tc.want {
+				t.Errorf("plan %q, want %q (%v)", got, tc.want, p)
+			}
+		})
+	}
+}

@@ -1,6 +1,9 @@
 package sharding
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // This file is what a replica knows of the load of the shards it holds,
 // and of the others' (their AnnotationReport): the measure that balance
@@ -167,33 +170,47 @@ func (p *pendingKeys) ready(s int, now time.Time) (int, time.Duration) {
 	return p.n[s], max(0, now.Sub(f[0].at))
 }
 
+// loadMeasureMin is how long a holder measures a shard it holds, with no
+// seed from its previous holder, before it reports its load: a shard
+// measured over a few seconds, scaled up to the window, is a guess that
+// would move shards by its noise (a ring at its start above all). Until
+// then its entry has no load, and the plan by load makes no move while a
+// counted member holds such a shard (planLoad, heldUnmeasured).
+const loadMeasureMin = loadWindow / 2
+
 // measured returns the load of the given held shards at now, under the
-// ledger's lock: work over loadWindow, ready keys and the oldest's age.
-// A shard held for less than loadWindow (since heldFrom) reports its
-// measured work plus its seed's share of the window not yet measured
-// (the work its previous holder reported, seedWork), or, without a seed,
-// its measured work scaled up to the window (from at least one bucket):
-// a move must not make a shard look idle to the balance for a minute.
-func (b *ledger) measured(held []int, now time.Time) []shardLoad {
+// ledger's lock: work over loadWindow, ready keys and the oldest's age,
+// and whether the load is known. A shard held for less than loadWindow
+// (since heldFrom) reports its measured work plus its seed's share of the
+// window not yet measured (the work its previous holder reported,
+// seedWork), or, without a seed, its measured work scaled up to the
+// window once held for loadMeasureMin, unknown before: a move must not
+// make a shard look idle to the balance for a minute, nor a few seconds'
+// measure stand for a minute's.
+func (b *ledger) measured(held []int, now time.Time) ([]shardLoad, []bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]shardLoad, len(held))
+	out, known := make([]shardLoad, len(held)), make([]bool, len(held))
 	if b.work == nil {
-		return out
+		return out, known
 	}
 	for k, s := range held {
 		w := b.work[s].total(now)
+		known[k] = true
 		if age := now.Sub(b.since[s]); age < loadWindow && !b.since[s].IsZero() {
-			if b.seed[s] > 0 {
+			switch {
+			case b.seed[s] > 0:
 				w += time.Duration(float64(b.seed[s]) * float64(loadWindow-age) / float64(loadWindow))
-			} else {
+			case age < loadMeasureMin:
+				w, known[k] = 0, false
+			default:
 				w = time.Duration(float64(w) * float64(loadWindow) / float64(max(age, loadBucket)))
 			}
 		}
 		out[k].work = w
 		out[k].ready, out[k].oldest = b.pending.ready(s, now)
 	}
-	return out
+	return out, known
 }
 
 // heldFrom starts shard s's measure at now: it was not held at the last
@@ -227,4 +244,97 @@ func (b *ledger) queued(s int, now time.Time, keys ...string) {
 	for _, k := range keys {
 		b.pending.add(k, s, now)
 	}
+}
+
+// loadShareMax is the most of the ring's objects that the moves by load
+// may carry per loadWindow: those begun within the window (a shard Lease
+// taken over within it) and those in flight or planned. Each moved
+// object costs its taker a list and its keys a drain, so this bounds what
+// a rebalance costs the API server and the keys' latency, whatever the
+// count of members (loadBudget bounds the moves at once, not their size).
+// The first move of a window is always admitted, so that a ring whose
+// heaviest shard holds more than this share still converges, a move per
+// window.
+const loadShareMax = 0.10
+
+// shareBudget is loadShareMax applied to a view: each shard's weight (its
+// objects as reports show them, or 1 each if no report counts an object:
+// a ring without sharded informer is budgeted by shards), the most the
+// window's moves may weigh, and what the window's moves weigh so far.
+//
+// It is read from the view alone, so every replica with the same view
+// computes the same: the objects from the reports, as shardWork reads the
+// work, and the moves begun within the window from the shard Leases'
+// acquireTime against the latest time any writer put in the view (a
+// membership renewTime or a shard acquireTime), never against the
+// reader's clock. A skew between writers' clocks only shifts which
+// acquisitions count as within the window, and so how soon the next move
+// is admitted; replicas whose views differ may plan differently for a
+// round, as for the rest of the plan. Neither touches exclusion, which
+// the Lease protocol holds whatever the plan.
+type shareBudget struct {
+	weight      []int64
+	limit, used int64
+	moves       int
+}
+
+func shareOf(v *view) shareBudget {
+	sb := shareBudget{weight: make([]int64, len(v.shards))}
+	known := make([]bool, len(v.shards))
+	ids := make([]string, 0, len(v.members))
+	var ref time.Time
+	for id, m := range v.members {
+		ids = append(ids, id)
+		if m.renewed.After(ref) {
+			ref = m.renewed
+		}
+	}
+	slices.Sort(ids)
+	for _, holder := range []bool{true, false} {
+		for _, id := range ids {
+			for _, h := range v.members[id].load.held {
+				if h.shard >= len(v.shards) || known[h.shard] {
+					continue
+				}
+				s := v.shards[h.shard]
+				if holder != (holds(v, s) && s.holder == id) {
+					continue
+				}
+				sb.weight[h.shard], known[h.shard] = int64(h.objects), true
+			}
+		}
+	}
+	var total int64
+	for i, w := range sb.weight {
+		total += w
+		if s := v.shards[i]; s.acquired.After(ref) {
+			ref = s.acquired
+		}
+	}
+	if total <= 0 {
+		for i := range sb.weight {
+			sb.weight[i] = 1
+		}
+		total = int64(len(sb.weight))
+	}
+	sb.limit = int64(loadShareMax * float64(total))
+	for i, s := range v.shards {
+		// Taken over within the window: acquired again (a first
+		// acquisition, at the ring's creation, is no move).
+		if holds(v, s) && s.transitions > 1 && !s.acquired.IsZero() && ref.Sub(s.acquired) < loadWindow {
+			sb.take(i)
+		}
+	}
+	return sb
+}
+
+// take counts shard i's move in the window.
+func (sb *shareBudget) take(i int) {
+	sb.used += sb.weight[i]
+	sb.moves++
+}
+
+// admits reports whether shard i may move by load within the window.
+func (sb *shareBudget) admits(i int) bool {
+	return sb.moves == 0 || sb.used+sb.weight[i] <= sb.limit
 }

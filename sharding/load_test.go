@@ -134,13 +134,22 @@ func TestLedgerMeasured(t *testing.T) {
 		b.work[s].add(time.Second, at.Add(5*time.Second))
 	}
 	now := at.Add(loadWindow / 2)
-	got := b.measured([]int{0, 1}, now)
+	got, _ := b.measured([]int{0, 1}, now)
 	// Half a window held: shard 0, unseeded, is scaled up to the window;
 	// shard 1 gets half its seed.
 	if got[0].work != 2*time.Second || got[1].work != time.Second+15*time.Second {
 		t.Errorf("half a window in: %v, %v; want 2s (scaled) and 16s (1s + half the 30s seed)", got[0].work, got[1].work)
 	}
-	if got := b.measured([]int{2}, now); got[0].work != time.Second {
+	if got, _ := b.measured([]int{2}, now); got[0].work != time.Second {
 		t.Errorf("held for over a window: %v, want 1s as measured", got[0].work)
+	}
+	// Before loadMeasureMin, an unseeded shard's load is unknown; a seeded
+	// one's known.
+	early := at.Add(loadMeasureMin - time.Second)
+	if got, known := b.measured([]int{0, 1}, early); known[0] || got[0].work != 0 || !known[1] {
+		t.Errorf("%v before loadMeasureMin: known %v, work %v; want shard 0 unknown (unseeded), 1 known (seeded)", loadMeasureMin-time.Second, known, got[0].work)
+	}
+	if _, known := b.measured([]int{0, 1, 2}, now); !known[0] || !known[1] || !known[2] {
+		t.Errorf("at loadMeasureMin: known %v, want every shard known", known)
 	}
 }

@@ -235,8 +235,9 @@ func (o *observer) observe(runs *ledger, inf *informer) {
 		}
 	}
 	if refresh { // the load at the same pace as the objects: once per RetryPeriod
-		for i, l := range runs.measured(ids, now) {
-			held[i].load, held[i].known = l, true
+		loads, known := runs.measured(ids, now)
+		for i, l := range loads {
+			held[i].load, held[i].known = l, known[i]
 		}
 	}
 	if refresh && inf != nil {

@@ -77,8 +77,9 @@ type BalanceStatus struct {
 	Budget   int `json:"budget"`
 	// Moves are the moves planned now; Held why no further one is:
 	// "band" (every member within the band), "hysteresis" (no move gains
-	// Gain), "budget" (Budget moves in flight) or "unmeasured" (a shard
-	// held or in flight has no report yet).
+	// Gain), "budget" (Budget moves in flight), "share" (the next move
+	// would carry the minute's moves over a tenth of the ring's objects)
+	// or "unmeasured" (a shard held or in flight has no report yet).
 	Moves []MoveStatus `json:"moves,omitempty"`
 	Held  string       `json:"held,omitempty"`
 }

@@ -60,8 +60,9 @@ type memberInfo struct {
 	// with another memberInfo's: a copy may be kept.
 	synced  []int
 	leaving bool
-	// For the ring page only (status.go), never for a decision: the
-	// Lease's acquireTime and renewTime (the writer's clock).
+	// For the ring page (status.go), and renewed for shareOf's reference
+	// time only: the Lease's acquireTime and renewTime (the writer's
+	// clock).
 	started, renewed time.Time
 	// load is the member's AnnotationReport, read (load.go). Never
 	// shared with another memberInfo's.
@@ -77,7 +78,7 @@ type shardInfo struct {
 	next        string
 	transitions int32
 	conf        ringConf  // of the replica that wrote it (shardcount.go)
-	acquired    time.Time // the Lease's acquireTime, for the ring page only
+	acquired    time.Time // the Lease's acquireTime: the ring page, and shareOf
 	// sealed is true on a Lease sealed for a switch of the ring's count,
 	// in the ring's generation sealedGen (AnnotationSealed,
 	// shardcount.go).

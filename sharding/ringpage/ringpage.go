@@ -250,6 +250,8 @@ func (v view) Why(held string) string {
 		return "No further move: none would lower the larger of its two members' loads by the hysteresis' gain."
 	case "budget":
 		return "No further move now: the budget of moves in flight is spent."
+	case "share":
+		return "No further move now: the moves of the last minute carry a tenth of the ring's objects."
 	case "unmeasured":
 		return "No further move now: a shard held or in flight has no report of its load yet."
 	}
