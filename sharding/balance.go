@@ -290,7 +290,7 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 			if h == l {
 				continue
 			}
-			if best = bestMove(p, owned[h], to, h, l, gainMin); best.shard >= 0 {
+			if best = bestMove(p, owned[h], to, pair{h, l}, gainMin); best.shard >= 0 {
 				break
 			}
 		}
@@ -331,14 +331,18 @@ func (b balance) loadShare(v *view, to []string, k int) int {
 	return n
 }
 
+// pair is a move's giver h and taker l.
+type pair struct{ h, l string }
+
 // bestMove returns the move of one of mine (h's shards, those not
-// planned yet) from h to l that lowers the larger of their loads the
+// planned yet) from h to l (of m) that lowers the larger of their loads the
 // most, if by gainMin at least; shard -1 if none does. Moves within
 // gainMin of the best (that lower it at all) are taken as equal, and the
 // lowest shard of them is chosen: a noise smaller than that does not change which shard the plan
 // moves, so a taker does not prefetch in vain, nor a holder's handoff
 // bound start again.
-func bestMove(p loadPlan, mine []int, to []string, h, l string, gainMin time.Duration) loadMove {
+func bestMove(p loadPlan, mine []int, to []string, m pair, gainMin time.Duration) loadMove {
+	h, l := m.h, m.l
 	after := func(i int) time.Duration { return max(p.loads[h]-p.work[i], p.loads[l]+p.work[i]) }
 	best := time.Duration(-1)
 	for _, i := range mine {

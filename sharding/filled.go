@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// This file is the ledger's side of the sharded cache (runs.go has the
-// rest): which shards every running sharded informer has synced (a
-// shard's keys are admitted only then), the deleted keys that wait for a
-// run, and when each lost shard lapsed (kept warm, keepWarm).
+// This file is the ledger's records beside its runs (runs.go): which
+// shards every running sharded informer has synced (a shard's keys are
+// admitted only then), the deleted keys that wait for a run, when each
+// lost shard lapsed (kept warm, keepWarm), and the load it measures of
+// each held shard (load.go's meters, read into the report).
 
 // addInformer registers a sharded informer that starts running: until it
 // has synced a shard, the shard's keys are not admitted.
@@ -88,4 +89,72 @@ func (b *ledger) lapsedAt() []time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.lapsed)
+}
+
+// measured returns the load of the given held shards at now, under the
+// ledger's lock: work over loadWindow, ready keys and the oldest's age,
+// and whether the load is known. A shard held for less than loadWindow
+// (since heldFrom) reports its measured work plus its seed's share of the
+// window not yet measured (the work its previous holder reported,
+// seedWork), or, without a seed, its measured work scaled up to the
+// window once held for loadMeasureMin, unknown before: a move must not
+// make a shard look idle to the balance for a minute, nor a few seconds'
+// measure stand for a minute's.
+func (b *ledger) measured(held []int, now time.Time) ([]shardLoad, []bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out, known := make([]shardLoad, len(held)), make([]bool, len(held))
+	if b.work == nil {
+		return out, known
+	}
+	for k, s := range held {
+		w := b.work[s].total(now)
+		known[k] = true
+		if age := now.Sub(b.since[s]); age < loadWindow && !b.since[s].IsZero() {
+			switch {
+			case b.seed[s] > 0:
+				w += time.Duration(float64(b.seed[s]) * float64(loadWindow-age) / float64(loadWindow))
+			case age < loadMeasureMin:
+				w, known[k] = 0, false
+			default:
+				w = time.Duration(float64(w) * float64(loadWindow) / float64(max(age, loadBucket)))
+			}
+		}
+		out[k].work = w
+		out[k].ready, out[k].oldest = b.pending.ready(s, now)
+	}
+	return out, known
+}
+
+// heldFrom starts shard s's measure at now: it was not held at the last
+// observation. Work counted before (an earlier holding) is forgotten.
+func (b *ledger) heldFrom(s int, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.work != nil {
+		b.work[s], b.since[s] = workMeter{}, now
+	}
+}
+
+// seedWork sets the work shard s's previous holder reported (0: unknown),
+// read when the shard is acquired (acquireWrite.work).
+func (b *ledger) seedWork(s int, work time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seed != nil {
+		b.seed[s] = work
+	}
+}
+
+// queued records keys of shard s that the replica added to the queue at
+// now.
+func (b *ledger) queued(s int, now time.Time, keys ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending.at == nil {
+		return
+	}
+	for _, k := range keys {
+		b.pending.add(k, s, now)
+	}
 }
