@@ -377,7 +377,7 @@ func (l *loop) admitted() {
 		}
 		each(lost, func(_ int, key string) { l.cfg.Queue.Remove(key) })
 		at := time.Now()
-		each(gained, func(s int, key string) { l.cfg.Queue.Add(key); l.runs.queued(s, at, key) })
+		each(gained, func(s int, key string) { l.runs.queued(s, at, key); l.cfg.Queue.Add(key) }) // queued first: a worker may begin it at once
 	}
 	for _, k := range gone {
 		l.cfg.Queue.Remove(k)

@@ -437,8 +437,8 @@ func (r *Replica) eventHandler() cache.ResourceEventHandler {
 		}
 		now := time.Now()
 		if r.runs.event(key, s, deleted, now) && !r.cfg.SkipEventKeys {
+			r.runs.queued(s, now, key) // before Add: a worker may begin it at once
 			r.cfg.Queue.Add(key)
-			r.runs.queued(s, now, key)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
