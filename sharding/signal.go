@@ -34,12 +34,17 @@ import (
 // with shards of unequal work the busiest replica is above that, and
 // TargetBusy below 1 is the headroom for it (and for the minute
 // loadWindow lags). If no member reports workers, the work says nothing,
-// and desired is n. Then the backlog: while the oldest ready key has waited longer
-// than TargetOldest, the ring is behind whatever its work says (a ring at
+// and desired is n. Then the backlog: while the oldest ready key of a
+// shard a member admits, and does not give up, has waited longer than
+// TargetOldest, the ring is behind whatever its work says (a ring at
 // 100 % busy measures its capacity, not its demand), and desired is at
 // least ⌈n × min(2, oldest/TargetOldest)⌉: more than n, at most twice n
 // per reading, so that a ring far behind is not told to multiply at once
-// before the first added replicas have taken their shards. Last, desired
+// before the first added replicas have taken their shards. The keys of
+// a shard being handed over (filling, draining, or held by a member
+// that leaves) wait for the move, not for capacity: more replicas would
+// not shorten that wait, and counting it would answer each scale-down's
+// hand-overs with a scale-up (the oldest gauge still shows them). Last, desired
 // is kept within [1, S]: a replica beyond the S-th would hold no shard.
 //
 // A replica of another shard count (a rollout that changes Shards) holds
@@ -84,6 +89,7 @@ func signalOf(v *view, t scaleTarget) signal {
 	var s signal
 	var work, busyWork time.Duration // all measured work; that of members reporting workers
 	workers, reporting, unmeasured := 0, 0, 0
+	var served time.Duration // the oldest ready age of the shards admitted by members not leaving
 	for _, m := range v.members {
 		if !m.leaving {
 			s.replicas++
@@ -101,6 +107,9 @@ func signalOf(v *view, t scaleTarget) signal {
 			mw += h.load.work
 			s.ready += h.load.ready
 			s.oldest = max(s.oldest, h.load.oldest)
+			if h.state == stateAdmitted && !m.leaving {
+				served = max(served, h.load.oldest)
+			}
 		}
 		work += mw
 		if m.load.workers > 0 {
@@ -127,8 +136,8 @@ func signalOf(v *view, t scaleTarget) signal {
 			}
 		}
 	}
-	if t.oldest > 0 && s.oldest > t.oldest {
-		behind := int(math.Ceil(float64(s.replicas)*min(2, s.oldest.Seconds()/t.oldest.Seconds()) - 1e-9))
+	if t.oldest > 0 && served > t.oldest {
+		behind := int(math.Ceil(float64(s.replicas)*min(2, served.Seconds()/t.oldest.Seconds()) - 1e-9))
 		s.desired = max(s.desired, behind)
 	}
 	s.desired = max(min(s.desired, shards), 1)

@@ -27,6 +27,12 @@ func signalMember(leaving bool, workers int, held ...string) memberInfo {
 	return m
 }
 
+// withState sets the state of m's i-th held shard.
+func withState(m memberInfo, i int, state string) memberInfo {
+	m.load.held[i].state = state
+	return m
+}
+
 func TestSignalOf(t *testing.T) {
 	target := scaleTarget{busy: 0.75, oldest: 30 * time.Second, shards: 16}
 	// A member with 4 workers at the target does 4 × 60 s × 0.75 = 180 s
@@ -74,6 +80,14 @@ func TestSignalOf(t *testing.T) {
 			signal{ready: 50, oldest: 31 * time.Second, busy: 1, replicas: 2, desired: 4}},
 		{"at the target age: not behind", []memberInfo{signalMember(false, 4, "180:10:30")}, 0,
 			signal{ready: 10, oldest: 30 * time.Second, busy: 0.75, replicas: 1, desired: 1}},
+		// Keys waiting for a hand-over (a leaver's shards, a shard being
+		// drained or filled) show in the gauges but ask for no replica.
+		{"a leaver's keys wait: not behind", []memberInfo{signalMember(false, 4, "180:0:0"), signalMember(true, 4, "0:40:70")}, 0,
+			signal{ready: 40, oldest: 70 * time.Second, busy: 180.0 / 480, replicas: 1, desired: 1}},
+		{"a draining shard's keys wait: not behind", []memberInfo{withState(signalMember(false, 4, "180:0:0", "0:40:70"), 1, stateDraining)}, 0,
+			signal{ready: 40, oldest: 70 * time.Second, busy: 0.75, replicas: 1, desired: 1}},
+		{"a filling shard's keys wait: not behind", []memberInfo{withState(signalMember(false, 4, "180:0:0", "0:40:70"), 1, stateFilling)}, 0,
+			signal{ready: 40, oldest: 70 * time.Second, busy: 0.75, replicas: 1, desired: 1}},
 		{"no workers, behind", []memberInfo{signalMember(false, 0, "0:7:60")}, 0,
 			signal{ready: 7, oldest: time.Minute, replicas: 1, desired: 2}},
 		// Within [1, S], S the ring's count if known.
