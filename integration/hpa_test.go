@@ -528,15 +528,7 @@ func (a *autoscaled) check() {
 			t.Errorf("%s: sharding Run: %v", rep.id, *p)
 		}
 	}
-	runs, violations, failures := a.track.report()
-	t.Logf("%d handler runs", runs)
-	for _, f := range failures {
-		t.Errorf("background work failed: %s", f)
-	}
-	if len(violations) > 0 {
-		t.Errorf("invariant 1: a key ran on two replicas at once, %d times; the first ones:\n%s",
-			len(violations), strings.Join(violations[:min(len(violations), 10)], "\n"))
-	}
+	checkTracker(t, a.track)
 }
 
 // figures logs the scenario's timeline and checks its outcome.

@@ -432,7 +432,14 @@ func (g *ring) check() {
 			t.Errorf("%s: sharding Run: %v", rep.id, *p)
 		}
 	}
-	runs, violations, failures := g.track.report()
+	checkTracker(t, g.track)
+}
+
+// checkTracker fails t on each failure of a ring's background work and on
+// every violation of invariant 1 that track recorded, and logs the runs.
+func checkTracker(t *testing.T, track *tracker) {
+	t.Helper()
+	runs, violations, failures := track.report()
 	t.Logf("%d handler runs", runs)
 	for _, f := range failures {
 		t.Errorf("the ring's background work failed: %s", f)
