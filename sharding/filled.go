@@ -151,6 +151,11 @@ func (b *ledger) seedWork(s int, work time.Duration) {
 func (b *ledger) queued(s int, now time.Time, keys ...string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.queuedLocked(s, now, keys...)
+}
+
+// queuedLocked is queued with b.mu held.
+func (b *ledger) queuedLocked(s int, now time.Time, keys ...string) {
 	if b.pending.at == nil {
 		return
 	}

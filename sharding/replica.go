@@ -435,9 +435,7 @@ func (r *Replica) eventHandler() cache.ResourceEventHandler {
 		if err != nil {
 			return
 		}
-		now := time.Now()
-		if r.runs.event(key, s, deleted, now) && !r.cfg.SkipEventKeys {
-			r.runs.queued(s, now, key) // before Add: a worker may begin it at once
+		if queue := !r.cfg.SkipEventKeys; r.runs.event(key, s, deleted, queue, time.Now()) && queue {
 			r.cfg.Queue.Add(key)
 		}
 	}

@@ -129,12 +129,18 @@ func (b *ledger) owns(key string, s int, found bool, now time.Time) bool {
 
 // event reports whether an informer event for key, of shard s, is admitted
 // at now, and remembers the shard of a deleted key (for Handler and Owns).
-func (b *ledger) event(key string, s int, deleted bool, now time.Time) bool {
+// If queue is set, the caller adds an admitted key to the queue once event
+// returns, and event records it as waiting (queued) under the same lock:
+// before the Add, as a worker may begin it at once.
+func (b *ledger) event(key string, s int, deleted, queue bool, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ok := b.admitsLocked(s, now)
 	if ok && deleted {
 		b.gone[key] = s
+	}
+	if ok && queue {
+		b.queuedLocked(s, now, key)
 	}
 	return ok
 }
