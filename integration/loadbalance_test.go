@@ -441,26 +441,29 @@ func (g *lbRing) rebalances(moves []lbMove, since time.Time) (string, float64) {
 	return strings.Join(parts, "; "), worst
 }
 
-// perMinute returns the most objects that moves (in time order) carried
-// within any minute (moves less than lbWindow apart), as a share of the
-// objects, and when that minute's last move was, from since: what the
-// share budget (loadShareMax) bounds, read as the test counts, with the
-// data set's objects and the replicas' own times.
-func (g *lbRing) perMinute(moves []lbMove, since time.Time) (float64, time.Duration) {
+// perMinute describes the most objects that moves (in time order)
+// carried within any minute (moves less than lbWindow apart), as a share
+// of the objects, with the minute's moves and when its last one was, from
+// since: what the share budget (loadShareMax) bounds, read as the test
+// counts, with the data set's objects and the replicas' own times. The
+// budget admits a minute's first move whatever it carries: a minute of
+// one move is within it.
+func (g *lbRing) perMinute(moves []lbMove, since time.Time) (string, float64) {
 	var worst float64
-	var at time.Duration
+	desc := "none"
 	for k, m := range moves {
-		keys := 0
+		keys, n := 0, 0
 		for _, o := range moves[:k+1] {
 			if m.at.Sub(o.at) < lbWindow {
-				keys += g.perShard[o.shard]
+				keys, n = keys+g.perShard[o.shard], n+1
 			}
 		}
 		if share := float64(keys) / float64(g.d.objects); share > worst {
-			worst, at = share, m.at.Sub(since).Round(time.Second)
+			worst = share
+			desc = fmt.Sprintf("%.1f%% (%d moves, the minute up to +%v)", 100*share, n, m.at.Sub(since).Round(time.Second))
 		}
 	}
-	return worst, at
+	return desc, worst
 }
 
 func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Balance) {
@@ -504,7 +507,7 @@ func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Bala
 		top, maxLoad := l.max()
 		moves := g.rec.moves(movesFrom, from)
 		rebal, worst := g.rebalances(moves, changed)
-		minute, minuteAt := g.perMinute(moves, changed)
+		minuteDesc, minute := g.perMinute(moves, changed)
 		causes := g.rec.causes(movesFrom, from)
 		steady := g.rec.moves(from, to)
 		steadyMoves := len(steady)
@@ -524,8 +527,8 @@ func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Bala
 		for id, rep := range g.replicas {
 			counts[id] = len(rep.r.Shards())
 		}
-		t.Logf("FIGURES balance=%s %s: the most objects moved within a minute %.1f%% (the minute up to +%v); planned moves begun by cause %v",
-			mode, name, 100*minute, minuteAt, causes)
+		t.Logf("FIGURES balance=%s %s: the most objects moved within a minute %s; planned moves begun by cause %v",
+			mode, name, minuteDesc, causes)
 		t.Logf("FIGURES balance=%s %s: %s; %d moves (%s); steady window %v: replica load (handler s/min) max %.1f (%s, %d shards), mean %.1f, heaviest shard %.1f, max/mean %.2f, max/bound %.2f; %d moves in the window (%.0f/h extrapolated); trailing-minute max/bound ≤ %.2f from %s; shards per replica %v; loadavg %s → %s",
 			mode, name, converged, len(moves), rebal, to.Sub(from).Round(time.Second), maxLoad, top, counts[top], l.mean(), slices.Max(l.shard),
 			maxLoad/l.mean(), maxLoad/l.bound(), steadyMoves, float64(steadyMoves)/to.Sub(from).Hours(), lbBand, within, counts, before, loadavg())
