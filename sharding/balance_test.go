@@ -526,3 +526,49 @@ func TestPlanLoadShare(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPlanLoad is the plan by load that every replica of a ring
+// balanced by load computes on each step: on a ring of Zipf loads whose
+// last member just joined (the plan has moves), and on the same ring
+// once settled (the plan's moves carried out until it makes none).
+func BenchmarkPlanLoad(b *testing.B) {
+	for _, c := range []struct{ members, shards int }{{8, 64}, {100, 1024}} {
+		ids := make([]string, c.members)
+		for k := range ids {
+			ids[k] = fmt.Sprintf("r%03d", k)
+		}
+		holders := make([]string, c.shards)
+		for i := range holders {
+			holders[i] = ids[i%(c.members-1)]
+		}
+		work := zipfLoads(rand.New(rand.NewPCG(1, uint64(c.shards))), c.shards)
+		for i := range work {
+			work[i]++ // every shard measured
+		}
+		joined := withWork(testView(ids, holders), work)
+		settled := slices.Clone(holders)
+		for range 10 * c.shards {
+			to, p := planOf(withWork(testView(ids, settled), work))
+			if len(p.moves) == 0 {
+				break
+			}
+			for i, t := range to {
+				if t != "" {
+					settled[i] = t
+				}
+			}
+		}
+		for _, r := range []struct {
+			name string
+			v    *view
+		}{{"joined", joined}, {"settled", withWork(testView(ids, settled), work)}} {
+			b.Run(fmt.Sprintf("%dx%d/%s", c.members, c.shards, r.name), func(b *testing.B) {
+				bal := balanceOf(r.v, c.shards)
+				b.ReportAllocs()
+				for b.Loop() {
+					bal.planLoad(r.v)
+				}
+			})
+		}
+	}
+}
