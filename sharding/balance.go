@@ -166,7 +166,8 @@ func measures(m memberInfo) bool {
 // bound, or the least loaded under loadFloor × the mean, the plan moves
 // the shard that best evens the most loaded member (only it, when over
 // the bound; else the most loaded one that can give) with the least
-// loaded, if that lowers the larger of their loads by loadGain × T.
+// loaded, if that lowers the larger of their loads by loadGain × T (by
+// twice that if it leaves the least loaded above the giver: bestMove).
 // Within the band it goes on the same way from the most loaded member,
 // as long as the move also leaves it above the least loaded by
 // loadGain × T: the band is a goal, the hysteresis the stop, so that
@@ -362,7 +363,10 @@ type pair struct{ h, l string }
 // bestMove returns the move of one of mine (h's shards, those not
 // planned yet) from h to l (of m) that lowers the larger of their loads the
 // most, if by gainMin at least; shard -1 if none does. With keep ≥ 0,
-// only moves that leave h's load above l's by keep count. Moves within
+// only moves that leave h's load above l's by keep count; a move that
+// leaves l's above h's counts only if it gains 2 × gainMin, so that
+// undoing it takes a noise of twice the hysteresis (a move that a noise
+// made would otherwise be undone by the next). Moves within
 // gainMin of the best (that lower it by gainMin too) are taken as equal,
 // and the lowest shard of them is chosen: a noise smaller than that does
 // not change which shard the plan moves, so a taker does not prefetch in
@@ -373,7 +377,8 @@ func bestMove(p loadPlan, mine []int, to []string, m pair, gainMin, keep time.Du
 	h, l := m.h, m.l
 	after := func(i int) time.Duration { return max(p.loads[h]-p.work[i], p.loads[l]+p.work[i]) }
 	fits := func(i int) bool {
-		return to[i] == "" && (keep < 0 || p.loads[l]+p.work[i] <= p.loads[h]-p.work[i]-keep)
+		return to[i] == "" && (keep < 0 || p.loads[l]+p.work[i] <= p.loads[h]-p.work[i]-keep) &&
+			(p.loads[l]+p.work[i] <= p.loads[h]-p.work[i] || p.loads[l]+p.work[i] <= p.loads[h]-2*gainMin)
 	}
 	best := time.Duration(-1)
 	for _, i := range mine {
