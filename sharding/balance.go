@@ -375,10 +375,11 @@ type pair struct{ h, l string }
 // gains within its noise.
 func bestMove(p loadPlan, mine []int, to []string, m pair, gainMin, keep time.Duration) loadMove {
 	h, l := m.h, m.l
-	after := func(i int) time.Duration { return max(p.loads[h]-p.work[i], p.loads[l]+p.work[i]) }
+	hl, ll := p.loads[h], p.loads[l]
+	after := func(i int) time.Duration { return max(hl-p.work[i], ll+p.work[i]) }
 	fits := func(i int) bool {
-		return to[i] == "" && (keep < 0 || p.loads[l]+p.work[i] <= p.loads[h]-p.work[i]-keep) &&
-			(p.loads[l]+p.work[i] <= p.loads[h]-p.work[i] || p.loads[l]+p.work[i] <= p.loads[h]-2*gainMin)
+		w := p.work[i]
+		return to[i] == "" && (keep < 0 || ll+w <= hl-w-keep) && (ll+w <= hl-w || ll+w <= hl-2*gainMin)
 	}
 	best := time.Duration(-1)
 	for _, i := range mine {
@@ -386,11 +387,11 @@ func bestMove(p loadPlan, mine []int, to []string, m pair, gainMin, keep time.Du
 			best = after(i)
 		}
 	}
-	if best < 0 || max(p.loads[h], p.loads[l])-best < gainMin {
+	if best < 0 || max(hl, ll)-best < gainMin {
 		return loadMove{shard: -1}
 	}
 	for _, i := range mine { // mine is sorted
-		if fits(i) && after(i) <= best+gainMin && after(i) <= max(p.loads[h], p.loads[l])-gainMin {
+		if fits(i) && after(i) <= best+gainMin && after(i) <= max(hl, ll)-gainMin {
 			return loadMove{shard: i, from: h, to: l, work: p.work[i]}
 		}
 	}
@@ -407,9 +408,10 @@ func bestMove(p loadPlan, mine []int, to []string, m pair, gainMin, keep time.Du
 // less than gainMin.
 func shedMove(p loadPlan, mine []int, to []string, m pair, gainMin, ceil time.Duration) loadMove {
 	h, l := m.h, m.l
+	ll := p.loads[l]
 	var sum, largest time.Duration
 	for _, i := range mine {
-		if w := p.work[i]; to[i] == "" && w > 0 && w < gainMin && p.loads[l]+w <= ceil {
+		if w := p.work[i]; to[i] == "" && w > 0 && w < gainMin && ll+w <= ceil {
 			sum += w
 			largest = max(largest, w)
 		}
@@ -418,7 +420,7 @@ func shedMove(p loadPlan, mine []int, to []string, m pair, gainMin, ceil time.Du
 		return loadMove{shard: -1}
 	}
 	for _, i := range mine { // mine is sorted
-		if w := p.work[i]; to[i] == "" && w < gainMin && p.loads[l]+w <= ceil && 10*w >= 9*largest {
+		if w := p.work[i]; to[i] == "" && w < gainMin && ll+w <= ceil && 10*w >= 9*largest {
 			return loadMove{shard: i, from: h, to: l, work: w}
 		}
 	}
