@@ -57,7 +57,7 @@ func (s *sim) loadReport(rp *simReplica, load []time.Duration) memberLoad {
 // end is never above that of the same seed balanced by count (the same
 // faults), but for the noise's margin.
 func TestSimLoad(t *testing.T) {
-	seeds := uint64(20) // about 10 s under -race; SHARDING_LOAD_SEEDS for more
+	seeds := uint64(20) // about 8 s under -race; SHARDING_LOAD_SEEDS for more
 	if n, err := strconv.ParseUint(os.Getenv("SHARDING_LOAD_SEEDS"), 10, 64); err == nil && n > 0 {
 		seeds = n
 	}
