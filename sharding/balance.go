@@ -27,7 +27,9 @@ const (
 	loadBand  = 1.15
 	loadFloor = 0.85
 	// loadGain is the hysteresis: a move is made only if it lowers the
-	// larger of its two members' loads by at least loadGain × T, so that
+	// larger of its two members' loads by at least loadGain × T, or is
+	// one of a group of shards, each lighter than that, that lower the
+	// most loaded member by as much together (shedMove), so that
 	// measurement noise smaller than that never moves a shard, and every
 	// move lowers the sum of the squares of the members' loads by a
 	// bounded amount: a ring whose loads do not change stops moving.
@@ -164,9 +166,19 @@ func measures(m memberInfo) bool {
 // bound, or the least loaded under loadFloor × the mean, the plan moves
 // the shard that best evens the most loaded member (only it, when over
 // the bound; else the most loaded one that can give) with the least
-// loaded, if that lowers the larger of their loads by loadGain × T. Ties
-// go to the first identity and the lowest shard, so that the plan is a
-// function of the view alone.
+// loaded, if that lowers the larger of their loads by loadGain × T (by
+// twice that if it leaves the least loaded above the giver: bestMove).
+// Within the band it goes on the same way from the most loaded member,
+// as long as the move also leaves it above the least loaded by
+// loadGain × T: the band is a goal, the hysteresis the stop, so that
+// where the ring could do better than the band (where count balance, by
+// the hash's luck, might) it does. When no single move gains the
+// hysteresis, the most loaded member gives its shards lighter than it,
+// largest first, to the least loaded, while those that fit weigh
+// loadGain × T together (shedMove): a member holding the heaviest shard
+// sheds the small ones it carries besides. Ties go to the first identity
+// and the lowest shard, so that the plan is a function of the view
+// alone.
 func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 	p.work, p.known = shardWork(v)
 	if len(b.ids) == 0 {
@@ -277,30 +289,44 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 		order := slices.Clone(b.ids)
 		slices.SortStableFunc(order, func(x, y string) int { return cmp.Compare(p.loads[y], p.loads[x]) })
 		l := least("")
-		over := p.loads[order[0]] > p.bound
-		if !over && p.loads[l] >= floor {
-			p.held = heldBand
-			break
-		}
-		if budget <= 0 {
+		over, under := p.loads[order[0]] > p.bound, p.loads[l] < floor
+		if budget <= 0 && (over || under) {
 			p.held = heldBudget
 			break
 		}
 		givers := order[:1]
-		if !over {
+		if under && !over {
 			givers = order
+		}
+		// Within the band, the most loaded member goes on giving while
+		// a move gains loadGain × T and leaves it above its taker by as
+		// much (keep): a noise that swaps two members' order does not
+		// move a shard back.
+		inBand, keep := !over && !under, time.Duration(-1)
+		if inBand {
+			keep = gainMin
 		}
 		best := loadMove{shard: -1}
 		for _, h := range givers {
 			if h == l {
 				continue
 			}
-			if best = bestMove(p, owned[h], to, pair{h, l}, gainMin); best.shard >= 0 {
+			if best = bestMove(p, owned[h], to, pair{h, l}, gainMin, keep); best.shard >= 0 {
 				break
 			}
 		}
+		if h := order[0]; best.shard < 0 && h != l {
+			best = shedMove(p, owned[h], to, pair{h, l}, gainMin, p.loads[h]-gainMin-max(keep, 0))
+		}
 		if best.shard < 0 {
 			p.held = heldHysteresis
+			if inBand {
+				p.held = heldBand
+			}
+			break
+		}
+		if budget <= 0 {
+			p.held = heldBudget
 			break
 		}
 		if !share.admits(best.shard) {
@@ -341,29 +367,69 @@ type pair struct{ h, l string }
 
 // bestMove returns the move of one of mine (h's shards, those not
 // planned yet) from h to l (of m) that lowers the larger of their loads the
-// most, if by gainMin at least; shard -1 if none does. Moves within
-// gainMin of the best (that lower it at all) are taken as equal, and the
-// lowest shard of them is chosen: a noise smaller than that does not change which shard the plan
-// moves, so a taker does not prefetch in vain, nor a holder's handoff
-// bound start again.
-func bestMove(p loadPlan, mine []int, to []string, m pair, gainMin time.Duration) loadMove {
+// most, if by gainMin at least; shard -1 if none does. With keep ≥ 0,
+// only moves that leave h's load above l's by keep count; a move that
+// leaves l's above h's counts only if it gains 2 × gainMin, so that
+// undoing it takes a noise of twice the hysteresis (a move that a noise
+// made would otherwise be undone by the next). Moves within
+// gainMin of the best (that lower it by gainMin too) are taken as equal,
+// and the lowest shard of them is chosen: a noise smaller than that does
+// not change which shard the plan moves, so a taker does not prefetch in
+// vain, nor a holder's handoff bound start again; and no move gains less
+// than gainMin, so that a ring does not go on moving light shards for
+// gains within its noise.
+func bestMove(p loadPlan, mine []int, to []string, m pair, gainMin, keep time.Duration) loadMove {
 	h, l := m.h, m.l
-	after := func(i int) time.Duration { return max(p.loads[h]-p.work[i], p.loads[l]+p.work[i]) }
+	hl, ll := p.loads[h], p.loads[l]
+	after := func(i int) time.Duration { return max(hl-p.work[i], ll+p.work[i]) }
+	fits := func(i int) bool {
+		w := p.work[i]
+		return to[i] == "" && (keep < 0 || ll+w <= hl-w-keep) && (ll+w <= hl-w || ll+w <= hl-2*gainMin)
+	}
 	best := time.Duration(-1)
 	for _, i := range mine {
-		if to[i] == "" && (best < 0 || after(i) < best) {
+		if fits(i) && (best < 0 || after(i) < best) {
 			best = after(i)
 		}
 	}
-	if best < 0 || max(p.loads[h], p.loads[l])-best < gainMin {
+	if best < 0 || max(hl, ll)-best < gainMin {
 		return loadMove{shard: -1}
 	}
 	for _, i := range mine { // mine is sorted
-		if to[i] == "" && after(i) <= best+gainMin && after(i) < max(p.loads[h], p.loads[l]) {
+		if fits(i) && after(i) <= best+gainMin && after(i) <= max(hl, ll)-gainMin {
 			return loadMove{shard: i, from: h, to: l, work: p.work[i]}
 		}
 	}
 	return loadMove{shard: -1} // not reached: the best is one
+}
+
+// shedMove returns, for the most loaded member h when no single move
+// gains gainMin, a move of one of mine (h's shards, those not planned
+// yet) lighter than gainMin to l, if those that l can take without
+// carrying more than ceil weigh gainMin together: the largest of them
+// (the lowest shard of those within a tenth of it, so that a noise
+// smaller than that does not change it); the plan's next step gives the
+// next to the then least loaded member. Shard -1 if those that fit weigh
+// less than gainMin.
+func shedMove(p loadPlan, mine []int, to []string, m pair, gainMin, ceil time.Duration) loadMove {
+	h, l := m.h, m.l
+	ll := p.loads[l]
+	var sum, largest time.Duration
+	for _, i := range mine {
+		if w := p.work[i]; to[i] == "" && w > 0 && w < gainMin && ll+w <= ceil {
+			sum += w
+			largest = max(largest, w)
+		}
+	}
+	if sum < gainMin {
+		return loadMove{shard: -1}
+	}
+	for _, i := range mine { // mine is sorted
+		if w := p.work[i]; to[i] == "" && w < gainMin && ll+w <= ceil && 10*w >= 9*largest {
+			return loadMove{shard: i, from: h, to: l, work: w}
+		}
+	}
+	return loadMove{shard: -1} // not reached: the largest is one
 }
 
 // syncedBy returns the counted member other than holder that says it has

@@ -63,6 +63,27 @@ func TestPlanLoad(t *testing.T) {
 			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "a", "b", "b", "b", "b"},
 			work: []float64{10, 10, 10, 12, 1, 1, 1, 1},
 			want: "0:a→b(load) held: budget"},
+		{name: "splits within the hysteresis of the best, but that gain less than it, are not equal: no move gains less",
+			members: []string{"a", "b", "c"}, holders: []string{"a", "a", "a", "b", "c"},
+			work: []float64{0.6, 1.5, 10, 9, 9.5}, want: "1:a→b(load) held: band"},
+		{name: "a move that leaves the taker above the giver must gain twice the hysteresis",
+			members: []string{"a", "b", "c"}, holders: []string{"a", "a", "a", "b", "c"},
+			work: []float64{0.6, 1.5, 10, 9.5, 9.5}, want: "held: hysteresis"},
+		{name: "within the band, a move that gains the hysteresis and leaves the giver above the taker by as much",
+			members: []string{"a", "b", "c"}, holders: []string{"a", "a", "b", "b", "c", "c"},
+			work: []float64{10, 1.2, 3.75, 3.75, 3.75, 3.75}, want: "1:a→b(load) held: band"},
+		{name: "within the band, no move that would leave the giver under the taker's load plus the hysteresis",
+			members: []string{"a", "b", "c"}, holders: []string{"a", "a", "b", "b", "c", "c"},
+			work: []float64{10, 1.2, 4, 4, 4, 4}, want: "held: band"},
+		{name: "over the band, no single move gains: the heaviest shard's holder sheds the light ones, largest first",
+			members: []string{"a", "b", "c"}, holders: []string{"a", "a", "a", "a", "b", "b", "c", "c"},
+			work: []float64{10, 0.5, 0.6, 0.6, 4, 4, 4, 4}, want: "2:a→b(load) held: budget"},
+		{name: "within the band, light shards that together gain less than the hysteresis: no move",
+			members: []string{"a", "b", "c"}, holders: []string{"a", "a", "a", "b", "b", "c", "c"},
+			work: []float64{11, 0.45, 0.45, 4, 4, 4, 4}, want: "held: band"},
+		{name: "within the band, light shards that together gain the hysteresis: the largest first",
+			members: []string{"a", "b", "c"}, holders: []string{"a", "a", "a", "a", "b", "b", "c", "c"},
+			work: []float64{11, 0.45, 0.45, 0.45, 4.2, 4.2, 4.2, 4.2}, want: "1:a→b(load) held: band"},
 		{name: "within the band: no move",
 			members: []string{"a", "b"}, holders: []string{"a", "a", "b", "b"},
 			work: []float64{10, 11, 10, 9}, want: "held: band"},
@@ -363,8 +384,9 @@ func (r *loadRing) round(t *testing.T) {
 // TestLoadPlanRounds: over seeds and ring sizes, skewed loads measured
 // with noise, a ring dealt by count converges by load within the band, a
 // newcomer and a leave included; moves by load in flight stay within the
-// budget; once converged no shard moves however the noise falls; and the
-// most loaded replica is never above what the count deal gives.
+// budget; once converged no shard moves however the noise falls; and at
+// the end of every phase the most loaded replica is never above the most
+// loaded of the same ring balanced by count, but for the noise's margin.
 func TestLoadPlanRounds(t *testing.T) {
 	const rounds, quiet = 60, 20
 	seeds := 6 // about 3 s under -race; SHARDING_LOAD_SEEDS for more
@@ -409,9 +431,9 @@ func TestLoadPlanRounds(t *testing.T) {
 				got := r.maxOf(r.holder)
 				// The noise may hide up to its share of a member's load.
 				if bound := r.bound() * (1 + r.noise); got > bound {
-					// Over the band, there must be no single move that
-					// gains the hysteresis on the true loads (the plan
-					// makes no swaps).
+					// Over the band, there must be no move that gains the
+					// hysteresis on the true loads, alone or with the
+					// shards shed with it (the plan makes no swaps).
 					over++
 					if p := r.truePlan(); p.held != heldHysteresis || len(p.moves) > 0 {
 						t.Errorf("S=%d N=%d seed %d phase %d: most loaded %.0f over the band %.0f, and a move would gain: %v", size.shards, size.n, seed, phase, got, bound, p)
@@ -420,9 +442,11 @@ func TestLoadPlanRounds(t *testing.T) {
 				if got > count {
 					worse++
 					worst = max(worst, got/count)
-					if count > r.bound() {
-						t.Errorf("S=%d N=%d seed %d phase %d: most loaded %.0f by load, %.0f by count", size.shards, size.n, seed, phase, got, count)
-					}
+				}
+				// Never worse than count, but for what the noise may hide,
+				// whether or not count is within the band.
+				if got > count*(1+r.noise) {
+					t.Errorf("S=%d N=%d seed %d phase %d: most loaded %.0f by load, %.0f by count (%.1f%% worse)", size.shards, size.n, seed, phase, got, count, 100*(got/count-1))
 				}
 				st.ratio = append(st.ratio, got/(r.bound()/loadBand))
 				st.count = append(st.count, count/(r.bound()/loadBand))
@@ -433,7 +457,7 @@ func TestLoadPlanRounds(t *testing.T) {
 		}
 		slices.Sort(st.ratio)
 		slices.Sort(st.count)
-		t.Logf("FIGURES S=%d N=%d, %d seeds × 3 phases: most loaded / max(mean, heaviest): by load p50 %.2f max %.2f; by count p50 %.2f max %.2f; worse than count %d (by at most %.1f%%, count within the band); over the band %d (no single move gains); moves in the last %d rounds of a phase %d; moved back late %d",
+		t.Logf("FIGURES S=%d N=%d, %d seeds × 3 phases: most loaded / max(mean, heaviest): by load p50 %.2f max %.2f; by count p50 %.2f max %.2f; worse than count %d (by at most %.1f%%); over the band %d (no move gains); moves in the last %d rounds of a phase %d; moved back late %d",
 			size.shards, size.n, seeds, st.ratio[len(st.ratio)/2], st.ratio[len(st.ratio)-1], st.count[len(st.count)/2], st.count[len(st.count)-1], worse, 100*(worst-1), over, quiet, late, backs)
 		if 100*backs > seeds*3 { // a move back in a hundred phases: no cycle
 			t.Errorf("S=%d N=%d: %d shards moved back to a member they had left, late in %d phases", size.shards, size.n, backs, seeds*3)
@@ -531,5 +555,51 @@ func TestPlanLoadShare(t *testing.T) {
 				t.Errorf("plan %q, want %q (%v)", got, tc.want, p)
 			}
 		})
+	}
+}
+
+// BenchmarkPlanLoad is the plan by load that every replica of a ring
+// balanced by load computes on each step: on a ring of Zipf loads whose
+// last member just joined (the plan has moves), and on the same ring
+// once settled (the plan's moves carried out until it makes none).
+func BenchmarkPlanLoad(b *testing.B) {
+	for _, c := range []struct{ members, shards int }{{8, 64}, {100, 1024}} {
+		ids := make([]string, c.members)
+		for k := range ids {
+			ids[k] = fmt.Sprintf("r%03d", k)
+		}
+		holders := make([]string, c.shards)
+		for i := range holders {
+			holders[i] = ids[i%(c.members-1)]
+		}
+		work := zipfLoads(rand.New(rand.NewPCG(1, uint64(c.shards))), c.shards)
+		for i := range work {
+			work[i]++ // every shard measured
+		}
+		joined := withWork(testView(ids, holders), work)
+		settled := slices.Clone(holders)
+		for range 10 * c.shards {
+			to, p := planOf(withWork(testView(ids, settled), work))
+			if len(p.moves) == 0 {
+				break
+			}
+			for i, t := range to {
+				if t != "" {
+					settled[i] = t
+				}
+			}
+		}
+		for _, r := range []struct {
+			name string
+			v    *view
+		}{{"joined", joined}, {"settled", withWork(testView(ids, settled), work)}} {
+			b.Run(fmt.Sprintf("%dx%d/%s", c.members, c.shards, r.name), func(b *testing.B) {
+				bal := balanceOf(r.v, c.shards)
+				b.ReportAllocs()
+				for b.Loop() {
+					bal.planLoad(r.v)
+				}
+			})
+		}
 	}
 }
