@@ -146,15 +146,8 @@ func (b *ledger) seedWork(s int, work time.Duration) {
 	}
 }
 
-// queued records keys of shard s that the replica added to the queue at
-// now.
-func (b *ledger) queued(s int, now time.Time, keys ...string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.queuedLocked(s, now, keys...)
-}
-
-// queuedLocked is queued with b.mu held.
+// queuedLocked records keys of shard s that were added to the queue for
+// an event at now. b.mu must be held.
 func (b *ledger) queuedLocked(s int, now time.Time, keys ...string) {
 	if b.pending.at == nil {
 		return
@@ -162,4 +155,34 @@ func (b *ledger) queuedLocked(s int, now time.Time, keys ...string) {
 	for _, k := range keys {
 		b.pending.add(k, s, now)
 	}
+}
+
+// gained records the keys of shard s, gained at now, as owed a catch-up
+// run (load.go), and returns the first of them for the caller to add to
+// the queue.
+func (b *ledger) gained(s int, now time.Time, keys []string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending.at == nil {
+		return keys
+	}
+	b.pending.gain(s, now, keys)
+	return b.feedLocked(now)
+}
+
+// feedLocked returns the next catch-up keys to add to the queue, of
+// shards admitted at now. b.mu must be held.
+func (b *ledger) feedLocked(now time.Time) []string {
+	if b.pending.outstanding >= catchUpWindow || len(b.pending.feed) == 0 {
+		return nil
+	}
+	return b.pending.take(func(s int) bool { return b.admitsLocked(s, now) })
+}
+
+// feed returns the next catch-up keys to add to the queue (feedLocked):
+// the loop's, for a feed that stopped at a shard not admitted then.
+func (b *ledger) feed(now time.Time) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.feedLocked(now)
 }
