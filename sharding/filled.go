@@ -47,9 +47,9 @@ func (b *ledger) setFilled(filled []bool, gen int) {
 	}
 }
 
-// dropGone forgets the deleted keys of the given shards that are no longer
-// active, and their pending keys (load.go), and returns the deleted keys
-// (for the queue's Remove).
+// dropGone forgets the pending keys (load.go) of the given shards, no
+// longer admitted, and the deleted keys of those no longer active, and
+// returns the deleted keys (for the queue's Remove).
 func (b *ledger) dropGone(lost []int) []string {
 	if len(lost) == 0 {
 		return nil
@@ -59,8 +59,11 @@ func (b *ledger) dropGone(lost []int) []string {
 	in := make([]bool, len(b.state))
 	for _, i := range lost {
 		in[i] = true
-		if b.pending.at != nil && b.state[i].state != shardActive {
-			b.pending.drop(i) // the queue's keys of it are removed
+		if b.pending.at != nil {
+			// The queue's keys of it are removed (loop.admitted), whatever
+			// its state: a shard still active but no longer admitted (a
+			// session's gap, an informer's start) owes nothing queued.
+			b.pending.drop(i)
 		}
 	}
 	var out []string

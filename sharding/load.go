@@ -171,11 +171,13 @@ func (p *pendingKeys) add(key string, s int, now time.Time) {
 }
 
 // gain records keys, of shard s, gained at now, as catch-up keys to feed
-// (take); a key already pending is left as it is.
+// (take). A key still recorded as pending is not in the queue (a shard
+// not admitted has none there: its keys were removed), so it is recorded
+// afresh: left as it was, it would never be fed again.
 func (p *pendingKeys) gain(s int, now time.Time, keys []string) {
 	for _, key := range keys {
-		if _, ok := p.at[key]; ok {
-			continue
+		if k, ok := p.at[key]; ok {
+			p.forget(key, k)
 		}
 		p.at[key] = pendingKey{shard: s, at: now, kind: keyUnfed}
 		p.feed = append(p.feed, pendingEntry{key: key, at: now, shard: s})

@@ -208,4 +208,34 @@ func TestPendingCatchUp(t *testing.T) {
 	if len(p.at) != 0 || p.n[0] != 0 || p.catchUp[0] != 0 {
 		t.Errorf("after shard 0's drop: %d keys pending, n %d, catch-up %d; want none", len(p.at), p.n[0], p.catchUp[0])
 	}
+	// Gained again while its keys are still recorded (fed, an event's):
+	// none of them is in the queue, and all are fed again.
+	p.gain(0, at, []string{"g", "h"})
+	p.take(all)
+	p.add("i", 0, at)
+	p.gain(0, at.Add(time.Second), []string{"g", "h", "i"})
+	if got := append(p.take(all), p.take(all)...); !slices.Equal(got, []string{"g", "h"}) || p.n[0] != 3 {
+		t.Errorf("gained again: fed %v, %d pending; want [g h] and 3", got, p.n[0])
+	}
+	p.begun("g")
+	if got := p.take(all); !slices.Equal(got, []string{"i"}) {
+		t.Errorf("gained again, then g began: fed %v, want [i] (its event's record was in no queue)", got)
+	}
+}
+
+// TestDropGoneActive checks that a shard no longer admitted while still
+// active (a renewal's answer late, an informer's start) forgets its
+// pending keys with the queue's: gained again, every key is fed again.
+func TestDropGoneActive(t *testing.T) {
+	var b ledger
+	b.init(1)
+	at := time.Unix(0, 0)
+	b.state[0].state, b.filled[0], b.alive, b.deadline = shardActive, true, true, at.Add(time.Hour)
+	if got := b.gained(0, at, []string{"a", "b", "c"}); len(got) != catchUpWindow {
+		t.Fatalf("first feed %v, want %d keys", got, catchUpWindow)
+	}
+	b.dropGone([]int{0})
+	if n := len(b.pending.at); n != 0 || b.pending.outstanding != 0 {
+		t.Errorf("after the drop of an active shard: %d keys pending, %d outstanding; want 0, 0", n, b.pending.outstanding)
+	}
 }
