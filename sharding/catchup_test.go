@@ -83,3 +83,43 @@ func TestCatchUpDoesNotDelayEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestCatchUpThroughScaling: experiment.
+func TestCatchUpThroughScaling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rg := newRing(t, 16, 400)
+		rg.cost = func(int) time.Duration { return 300 * time.Millisecond }
+		rg.clientFilter = true
+		defer rg.stopAll()
+		for range 3 {
+			rg.start(false)
+		}
+		rg.waitBalanced(leaseDuration)
+		go rg.churnEvery(3*time.Minute, 300*time.Millisecond)
+		for range 3 {
+			rg.start(false)
+			time.Sleep(5 * time.Second)
+		}
+		time.Sleep(20 * time.Second)
+		for _, id := range rg.ids()[:3] {
+			rg.stop(id)
+			time.Sleep(7 * time.Second)
+		}
+		for range 2 {
+			rg.start(false)
+			time.Sleep(3 * time.Second)
+		}
+		for _, id := range rg.ids()[:2] {
+			rg.stop(id)
+			time.Sleep(4 * time.Second)
+		}
+		time.Sleep(3 * time.Minute)
+		rg.quiet()
+		for _, id := range rg.ids() {
+			rg.mu.Lock()
+			r := rg.members[id].r
+			rg.mu.Unlock()
+			t.Logf("%s owes %d, %s", id, sharding.Owed(r), sharding.DebugState(r))
+		}
+	})
+}

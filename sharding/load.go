@@ -186,6 +186,11 @@ func (p *pendingKeys) gain(s int, now time.Time, keys []string) {
 	}
 }
 
+// owe records key, of shard s, as a catch-up key to feed again (a run or
+// an event refused while its shard was held but not admitted, see
+// ledger.refusedLocked).
+func (p *pendingKeys) owe(key string, s int, now time.Time) { p.gain(s, now, []string{key}) }
+
 // take marks the next catch-up keys fed, up to catchUpWindow outstanding,
 // and returns them for the queue; it stops at a key of a shard that
 // admits reports is not admitted now (fed, it would only be refused).

@@ -142,7 +142,41 @@ func (b *ledger) event(key string, s int, deleted, queue bool, now time.Time) bo
 	if ok && queue {
 		b.queuedLocked(s, now, key)
 	}
+	if !ok && queue && !deleted {
+		b.oweLocked(key, s, true, now) // an add refused while the shard is held: run once it is admitted
+	}
 	return ok
+}
+
+// refusedLocked records that key, of shard s if found, was refused at now
+// (a run, or an event's add) and returns the catch-up keys to feed. A key
+// of a shard still held in a live session, only not admitted for now (a
+// renewal's answer awaited past the deadline, a sharded informer being
+// filled), is owed a run: fed again once the shard is admitted, dropped
+// with it if it is not (the session ends, the shard is given up, and its
+// next holder catches it up). Forgotten, it would be lost: the queue has
+// let it go, and no gain will enqueue it, as the shard was never lost.
+// Any other key waits no more. b.mu must be held.
+func (b *ledger) refusedLocked(key string, s int, found bool, now time.Time) []string {
+	if b.pending.at == nil {
+		return nil
+	}
+	if !b.oweLocked(key, s, found, now) {
+		b.pending.begun(key)
+	}
+	return b.feedLocked(now)
+}
+
+// oweLocked records key, of shard s if found, as owed a run if its shard
+// is held in a live session (see refusedLocked), and reports whether it
+// did. The caller feeds the queue, or leaves it to the next begin or the
+// loop's next sync. b.mu must be held.
+func (b *ledger) oweLocked(key string, s int, found bool, now time.Time) bool {
+	if b.pending.at == nil || !found || !b.alive || b.state[s].state != shardActive {
+		return false
+	}
+	b.pending.owe(key, s, now)
+	return true
 }
 
 // ticket is one admitted run, from begin to end.
@@ -173,16 +207,10 @@ func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now t
 	defer b.mu.Unlock()
 	tk := ticket{shard: s, key: key, found: found, start: now}
 	if !found {
-		if tk.shard, found = b.gone[key]; !found {
-			return ticket{}, false
-		}
+		tk.shard, found = b.gone[key]
 	}
-	if !b.admitsLocked(tk.shard, now) {
-		if b.pending.at != nil {
-			b.pending.begun(key) // refused: it waits no more
-			tk = ticket{feed: b.feedLocked(now)}
-		}
-		return tk, false
+	if !found || !b.admitsLocked(tk.shard, now) {
+		return ticket{feed: b.refusedLocked(key, tk.shard, found, now)}, false
 	}
 	tk.id = b.nextRun
 	b.nextRun++
