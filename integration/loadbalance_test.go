@@ -92,7 +92,9 @@ const (
 // against the bound max(mean, heaviest shard) (handler seconds per
 // minute, over the steady window); the moves, grouped into rebalances
 // (moves less than lbBurstGap apart), with the share of the objects each
-// rebalance moved; the moves in the steady window (per hour, extrapolated
+// rebalance moved, and the most objects moved within a minute (what the
+// share budget bounds) with the planned moves begun, by cause
+// (Metrics.Moves); the moves in the steady window (per hour, extrapolated
 // from the window); the time from the change to the last move, and to
 // the first moment from which the trailing minute's most loaded replica
 // stays within lbBand of the bound. Every object must have run in the
@@ -254,6 +256,39 @@ type lbRecorder struct {
 	shard   [lbShards][]time.Duration
 	lastRun map[string]time.Time
 	changes []lbChange
+	begun   []lbBegun
+}
+
+// lbBegun is a planned move begun (its holder's drain), by cause
+// (Metrics.Moves).
+type lbBegun struct {
+	at    time.Time
+	cause string
+}
+
+// lbCause counts a planned move's drain for the recorder.
+type lbCause struct {
+	r     *lbRecorder
+	cause string
+}
+
+func (c lbCause) Inc() {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	c.r.begun = append(c.r.begun, lbBegun{at: time.Now(), cause: c.cause})
+}
+
+// causes returns the planned moves begun in [from, to), by cause.
+func (r *lbRecorder) causes(from, to time.Time) map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, b := range r.begun {
+		if !b.at.Before(from) && b.at.Before(to) {
+			out[b.cause]++
+		}
+	}
+	return out
 }
 
 type lbChange struct {
@@ -406,6 +441,31 @@ func (g *lbRing) rebalances(moves []lbMove, since time.Time) (string, float64) {
 	return strings.Join(parts, "; "), worst
 }
 
+// perMinute describes the most objects that moves (in time order)
+// carried within any minute (moves less than lbWindow apart), as a share
+// of the objects, with the minute's moves and when its last one was, from
+// since: what the share budget (loadShareMax) bounds, read as the test
+// counts, with the data set's objects and the replicas' own times. The
+// budget admits a minute's first move whatever it carries: a minute of
+// one move is within it.
+func (g *lbRing) perMinute(moves []lbMove, since time.Time) (string, float64) {
+	var worst float64
+	desc := "none"
+	for k, m := range moves {
+		keys, n := 0, 0
+		for _, o := range moves[:k+1] {
+			if m.at.Sub(o.at) < lbWindow {
+				keys, n = keys+g.perShard[o.shard], n+1
+			}
+		}
+		if share := float64(keys) / float64(g.d.objects); share > worst {
+			worst = share
+			desc = fmt.Sprintf("%.1f%% (%d moves, the minute up to +%v)", 100*share, n, m.at.Sub(since).Round(time.Second))
+		}
+	}
+	return desc, worst
+}
+
 func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Balance) {
 	admin, err := kubernetes.NewForConfig(server.restConfig())
 	require.NoError(t, err)
@@ -447,6 +507,8 @@ func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Bala
 		top, maxLoad := l.max()
 		moves := g.rec.moves(movesFrom, from)
 		rebal, worst := g.rebalances(moves, changed)
+		minuteDesc, minute := g.perMinute(moves, changed)
+		causes := g.rec.causes(movesFrom, from)
 		steady := g.rec.moves(from, to)
 		steadyMoves := len(steady)
 		for _, m := range steady {
@@ -465,11 +527,13 @@ func runLoadBalance(t *testing.T, d *dataset, mode string, balance sharding.Bala
 		for id, rep := range g.replicas {
 			counts[id] = len(rep.r.Shards())
 		}
+		t.Logf("FIGURES balance=%s %s: the most objects moved within a minute %s; planned moves begun by cause %v",
+			mode, name, minuteDesc, causes)
 		t.Logf("FIGURES balance=%s %s: %s; %d moves (%s); steady window %v: replica load (handler s/min) max %.1f (%s, %d shards), mean %.1f, heaviest shard %.1f, max/mean %.2f, max/bound %.2f; %d moves in the window (%.0f/h extrapolated); trailing-minute max/bound ≤ %.2f from %s; shards per replica %v; loadavg %s → %s",
 			mode, name, converged, len(moves), rebal, to.Sub(from).Round(time.Second), maxLoad, top, counts[top], l.mean(), slices.Max(l.shard),
 			maxLoad/l.mean(), maxLoad/l.bound(), steadyMoves, float64(steadyMoves)/to.Sub(from).Hours(), lbBand, within, counts, before, loadavg())
-		rows = append(rows, fmt.Sprintf("| %s | %s | %d, largest %.1f%% of objects | %.0f / %.0f / %.0f | %.2f | %.2f | %d in %v | %s | %s → %s |",
-			name, converged, len(moves), 100*worst, maxLoad, l.mean(), slices.Max(l.shard), maxLoad/l.mean(), maxLoad/l.bound(), steadyMoves, to.Sub(from).Round(time.Second), within, before, loadavg()))
+		rows = append(rows, fmt.Sprintf("| %s | %s | %d, largest %.1f%% of objects, %.1f%% within a minute | %.0f / %.0f / %.0f | %.2f | %.2f | %d in %v | %s | %s → %s |",
+			name, converged, len(moves), 100*worst, 100*minute, maxLoad, l.mean(), slices.Max(l.shard), maxLoad/l.mean(), maxLoad/l.bound(), steadyMoves, to.Sub(from).Round(time.Second), within, before, loadavg()))
 	}
 	phase("start", start, settled, *lbFirstWait) // the shards first taken are no moves
 
@@ -533,6 +597,7 @@ func (g *lbRing) start(id, leases string, balance sharding.Balance) {
 		Balance:       balance,
 		Workers:       lbWorkers,
 		OnChange:      func(shards []int) { g.rec.changed(id, shards) },
+		Metrics:       sharding.Metrics{Moves: func(cause string) sharding.Counter { return lbCause{g.rec, cause} }},
 		// The default timing, as in production.
 	})
 	require.NoError(t, err)

@@ -245,6 +245,10 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 		}
 		return l
 	}
+	// A leaver's shards move whatever the budgets (its process is going
+	// away: holding them back would leave them unserved), but they weigh
+	// in the share like any move, so that the plan by load adds none on
+	// top of them in a window they have spent.
 	slices.Sort(leavers)
 	for _, h := range leavers {
 		mine := slices.Clone(owned[h])
@@ -253,6 +257,7 @@ func (b balance) planLoad(v *view) (to []string, p loadPlan) {
 			l := least("")
 			to[i] = l
 			p.loads[l] += p.work[i]
+			share.take(i)
 			p.moves = append(p.moves, loadMove{shard: i, from: h, to: l, work: p.work[i], cause: causeLeave})
 		}
 	}

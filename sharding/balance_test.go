@@ -78,9 +78,9 @@ func TestPlanLoad(t *testing.T) {
 		{name: "a newcomer within the band gets a shard (floor)",
 			members: append(slices.Clone(eight), "i"), holders: []string{"a", "a", "b", "b", "c", "c", "d", "d", "e", "e", "f", "f", "g", "g", "h", "h"},
 			work: []float64{5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5}, want: "0:a→i(join) held: hysteresis"},
-		{name: "a leaver's shards, heaviest first to the least loaded, whatever the budget",
+		{name: "a leaver's shards, heaviest first to the least loaded, whatever the budgets; they spend the window's share",
 			members: []string{"a~", "b", "c"}, holders: []string{"a", "a", "a", "b", "c"},
-			work: []float64{1, 9, 2, 4, 3}, want: "1:a→c(leave) 2:a→b(leave) 0:a→b(leave) 4:c→b(load) held: band"},
+			work: []float64{1, 9, 2, 4, 3}, want: "1:a→c(leave) 2:a→b(leave) 0:a→b(leave) held: share"},
 		{name: "a move in flight (the taker synced it) is kept, and counts in the budget",
 			members: []string{"a", "b"}, holders: []string{"a", "a", "a", "b"},
 			work: []float64{10, 10, 10, 1}, synced: map[string][]int{"b": {0}}, want: "held: budget"},
@@ -461,6 +461,7 @@ func TestPlanLoadShare(t *testing.T) {
 		first   map[int]time.Duration // shard Leases first acquired (transitions 1) this long before ref
 		unknown []int                 // shards reported without load
 		synced  map[string][]int
+		leaver  bool // h leaves
 		want    string
 	}{
 		{name: "without the share's limit: two moves, the budget's",
@@ -477,6 +478,8 @@ func TestPlanLoadShare(t *testing.T) {
 			objects: hundred, first: map[int]time.Duration{4: time.Second}, want: "0:a→b(load) held: share"},
 		{name: "a move in flight counts",
 			objects: hundred, synced: map[string][]int{"b": {0}}, want: "held: share"},
+		{name: "a leaver's move is made whatever the budget, and counts: no move by load after it",
+			objects: hundred, leaver: true, want: "10:h→b(leave) held: share"},
 		{name: "no objects reported: by shards (10% of 11 shards: the window's first move only)",
 			want: "0:a→b(load) held: share"},
 		{name: "a ring's start: a held shard not yet measured holds every move",
@@ -485,7 +488,11 @@ func TestPlanLoadShare(t *testing.T) {
 			objects: hundred, unknown: []int{4}, want: "count (member b publishes no load)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := withWork(testView(members, holders), work)
+			ms := members
+			if tc.leaver {
+				ms = append(slices.Clone(members[:7]), "h~")
+			}
+			v := withWork(testView(ms, holders), work)
 			for id, m := range v.members {
 				m.renewed = ref
 				m.synced = tc.synced[id]

@@ -187,6 +187,9 @@ type Config struct {
 	// it when the controller's own event handlers enqueue the events, with
 	// their own filters (controller-runtime's predicates: interop/crsharding
 	// sets it), so that a change those filters drop is not reconciled.
+	// Those handlers check each key with Replica.Admit, which counts it
+	// as ready in the load the replica reports (the ring's backlog):
+	// with Owns, their keys would wait unseen.
 	SkipEventKeys bool
 
 	// OnChange, if not nil, is called with the sorted shards the replica

@@ -218,9 +218,12 @@ func (l *leaseIO) putShard(ctx context.Context, lease *coordinationv1.Lease, s s
 // releaseShard empties shard w.i's Lease, on the condition that it is
 // still the version w.ref names; w.next names the planned taker ("" none),
 // and w.seal, if not negative, seals it in that generation of the ring (a
-// switch of the count is in progress: shardcount.go).
+// switch of the count is in progress: shardcount.go). It keeps the Lease's
+// LeaseTransitions, so that its taker's acquisition counts one more than
+// the first acquisition's 1: that is how shareOf tells a move from a
+// ring's first deal.
 func (l *leaseIO) releaseShard(ctx context.Context, w releaseWrite, now time.Time) (*coordinationv1.Lease, error) {
-	lease := l.shardLease(shardKey{l.shards, w.i}, "", "", 0, now)
+	lease := l.shardLease(shardKey{l.shards, w.i}, "", "", w.transitions, now)
 	lease.Spec.AcquireTime = nil
 	if w.next != "" {
 		lease.Annotations[annotationNext] = w.next

@@ -312,6 +312,15 @@ const loadMeasureMin = loadWindow / 2
 // The first move of a window is always admitted, so that a ring whose
 // heaviest shard holds more than this share still converges, a move per
 // window.
+//
+// Every move weighs in the window, whatever its cause, since what it costs
+// does not depend on it; but only the moves of the plan by load (a
+// newcomer's included) are held back by it. The others are owed: a
+// leaver's shards (planned whatever the budgets), free shards (a crashed
+// member's, dealt by count), and every move while the ring balances by
+// count (a member publishes no load). Holding them back would leave
+// shards unserved, or a member without its share; a move by load waits
+// instead until the window they spent has passed.
 const loadShareMax = 0.10
 
 // shareBudget is loadShareMax applied to a view: each shard's weight (its
@@ -377,7 +386,10 @@ func shareOf(v *view) shareBudget {
 	sb.limit = int64(loadShareMax * float64(total))
 	for i, s := range v.shards {
 		// Taken over within the window: acquired again (a first
-		// acquisition, at the ring's creation, is no move).
+		// acquisition, at the ring's creation, is no move). A release
+		// keeps the count (releaseShard), so the taker of a planned
+		// move, as of a free shard, writes 2 or more; a Lease released
+		// by a version that reset it to 0 is missed (a rollout's window).
 		if holds(v, s) && s.transitions > 1 && !s.acquired.IsZero() && ref.Sub(s.acquired) < loadWindow {
 			sb.take(i)
 		}

@@ -291,6 +291,31 @@ func (r *Replica) Owns(key string) bool {
 	return r.runs.owns(key, s, ok, time.Now())
 }
 
+// Admit is Owns for a key the caller is about to add to the queue as new
+// work, ready now: the key of an informer event that the controller's own
+// handlers enqueue (Config.SkipEventKeys; interop/crsharding's queue calls
+// it for controller-runtime's event adds). It reports whether the replica
+// owns key now, as Owns, and if it does, counts key from now among its
+// shard's ready keys until a run of it begins in Handler: the ready keys
+// and the oldest one's age that the replica reports of the shard
+// (AnnotationReport, Status), which the ring's RingReady, RingOldestReady
+// and the backlog term of DesiredReplicas read. A key already counted
+// keeps its first time, as the queue coalesces it.
+//
+// Call it just before adding key, and add key only if it returns true: a
+// worker may begin the key as soon as it is in the queue, and a key
+// counted after its run began would stay counted until its next run. The
+// check and the count are made under the lock that Handler's begin takes,
+// so neither can miss the other. Do not call it for a retry (a key added
+// back after a delay or a failure): a retry waits for its deadline and is
+// not a backlog of new work; check it with Owns. The replica's own adds
+// (its events without SkipEventKeys, a gained shard's keys) are counted
+// already.
+func (r *Replica) Admit(key string) bool {
+	s, ok := r.shardOfKey(key)
+	return r.runs.admit(key, s, ok, time.Now())
+}
+
 // ShardOfObject returns the shard of obj (an object with metadata, or a
 // cache.DeletedFinalStateUnknown), or false if it has no metadata.
 func (r *Replica) ShardOfObject(obj any) (int, bool) {

@@ -127,6 +127,24 @@ func (b *ledger) owns(key string, s int, found bool, now time.Time) bool {
 	return found && b.admitsLocked(s, now)
 }
 
+// admit is owns, and records an owned key as waiting (queued) under the
+// same lock: the caller adds it to the queue once admit returns, and a
+// worker may begin it at once.
+func (b *ledger) admit(key string, s int, found bool, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !found {
+		s, found = b.gone[key]
+	}
+	ok := found && b.admitsLocked(s, now)
+	if ok {
+		b.queuedLocked(s, now, key)
+	} else {
+		b.oweLocked(key, s, found, now) // held, not admitted for now: run once it is (refusedLocked)
+	}
+	return ok
+}
+
 // event reports whether an informer event for key, of shard s, is admitted
 // at now, and remembers the shard of a deleted key (for Handler and Owns).
 // If queue is set, the caller adds an admitted key to the queue once event

@@ -1,9 +1,11 @@
 package sharding
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"testing"
 	"time"
@@ -102,4 +104,100 @@ func TestSimLoad(t *testing.T) {
 		t.Errorf("no move by load in %d seeds: %v", seeds, moved)
 	}
 	t.Logf("FIGURES %d seeds: moves begun by cause %v; most loaded at the end, at worst %.2f × max(mean, heaviest)", seeds, moved, worst)
+}
+
+// TestSimLoadShare checks the share budget (loadShareMax) on the whole
+// ring: 3 replicas started together on a calm ring, balancing the Zipf
+// loads of simLoads by load, the shards reported with 25 objects (the
+// first four) or 150 (the others), so that the budget, 70 objects a
+// window, admits two moves of small shards and no other two. Every shard
+// Lease that comes to name a replica after another held or released it
+// (a move, not a first acquisition) is recorded at the simulation's
+// time; no span shorter than loadWindow may hold two or more moves that
+// carry more (the window's first move is always admitted). The span
+// checked is loadWindow less 4% of the run: the replicas' clocks drift
+// apart by up to 2 × simDrift, and the budget reads the writers' clocks.
+func TestSimLoadShare(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(simGC))
+	const run = 4 * time.Minute
+	objects := func(i int) int {
+		if i < 4 {
+			return 25
+		}
+		return 150
+	}
+	total := 0
+	for i := range simShards {
+		total += objects(i)
+	}
+	limit := int(loadShareMax * float64(total))
+	span := loadWindow - time.Duration(4*simDrift*float64(run))
+	type move struct {
+		at    time.Time
+		shard int
+	}
+	var all int
+	for seed := range uint64(6) {
+		s := newSim(seed)
+		s.calm, s.replay, s.together = true, true, true
+		s.balance, s.prefetched = BalanceLoad, true
+		loads := simLoads(seed)
+		s.report = func(rp *simReplica) memberLoad {
+			l := s.loadReport(rp, loads)
+			for k, h := range l.held {
+				l.held[k].objects = objects(h.shard)
+			}
+			return l
+		}
+		var moves []move
+		last := map[int]string{} // each shard Lease's holder as last written
+		seen := 0
+		s.hook = func(simEvent) {
+			for ; seen < len(s.store.log); seen++ {
+				c := s.store.log[seen]
+				if c.deleted || c.p.shard < 0 || c.p.count != simShards {
+					continue
+				}
+				was, ok := last[c.p.shard]
+				if ok && c.p.s.holder != "" && c.p.s.holder != was {
+					moves = append(moves, move{s.now, c.p.shard})
+				}
+				last[c.p.shard] = c.p.s.holder
+			}
+		}
+		if v := s.run(run); v != "" {
+			t.Fatalf("seed %d: %s\nfaults:\n%s", seed, v, join(s.trace))
+		}
+		all += len(moves)
+		var desc []string
+		for _, m := range moves {
+			desc = append(desc, fmt.Sprintf("+%v shard %d (%d objects)", m.at.Sub(t0).Round(time.Second), m.shard, objects(m.shard)))
+		}
+		for k, m := range moves {
+			n, sum := 0, 0
+			for _, o := range moves[:k+1] {
+				if m.at.Sub(o.at) < span {
+					n, sum = n+1, sum+objects(o.shard)
+				}
+			}
+			if n > 1 && sum > limit {
+				t.Errorf("seed %d: %d moves of %d objects within %v up to +%v, over the share budget of %d objects a window; moves %v",
+					seed, n, sum, span, m.at.Sub(t0).Round(time.Second), limit, desc)
+				break
+			}
+		}
+		t.Logf("seed %d: moves %v", seed, desc)
+	}
+	if all < 6 {
+		t.Errorf("%d moves in all the runs: too few to check the budget", all)
+	}
+}
+
+// offsets returns ts as offsets from t0, rounded to the second.
+func offsets(ts []time.Time) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for k, at := range ts {
+		out[k] = at.Sub(t0).Round(time.Second)
+	}
+	return out
 }

@@ -120,10 +120,11 @@ type sealWrite struct {
 // releaseWrite empties shard i's Lease at ref, naming the planned taker
 // next ("" none), sealed in generation seal if not negative.
 type releaseWrite struct {
-	i    int
-	ref  leaseRef
-	next string
-	seal int
+	i           int
+	ref         leaseRef
+	next        string
+	seal        int
+	transitions int32 // the Lease's LeaseTransitions, kept by the release
 }
 
 // actions is what one step asks of the executor, in this order: the
@@ -326,7 +327,7 @@ func (m *machine) releases(ds []drained, session string, ri ringInfo) []releaseW
 		if !mayRelease(d.s, m.conf.self, session, m.tried.shard[d.i]) {
 			continue
 		}
-		out = append(out, releaseWrite{i: d.i, ref: d.s.ref, next: m.plans.giveTo[d.i], seal: seal})
+		out = append(out, releaseWrite{i: d.i, ref: d.s.ref, next: m.plans.giveTo[d.i], seal: seal, transitions: d.s.transitions})
 	}
 	return out
 }

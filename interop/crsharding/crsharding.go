@@ -37,7 +37,12 @@
 //     only while the replica owns its key (held and synced in every sharded
 //     informer), so that a foreign key does not take a worker and a place
 //     in the queue. It is a filter, not the guarantee: a request admitted
-//     just before its shard is given up can still be handed out.
+//     just before its shard is given up can still be handed out. The
+//     adds of controller-runtime's event handlers go through
+//     sharding.Replica.Admit, which counts them as ready keys in the load
+//     the replica reports, so the ring's backlog (RingReady,
+//     RingOldestReady, DesiredReplicas) sees them; its requeues do not
+//     count (see Queue).
 //   - manager.Runnable and manager.LeaderElectionRunnable: the ring's
 //     runnable (the Sharding) and the controller land in different groups
 //     of the manager, which stops the first before the second (below).
@@ -250,7 +255,7 @@ func (s *Sharding) NewQueue(name string, rl clientworkqueue.TypedRateLimiter[rec
 	if cfg.Name == "" {
 		cfg.Name = name
 	}
-	q := newQueue(s.replica.Owns, rl, cfg)
+	q := newQueue(s.replica, rl, cfg)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.queue != nil {
@@ -315,13 +320,15 @@ var _ sharding.Queue = keyQueue{}
 // Add enqueues key at controller-runtime's low priority: the replica adds
 // the keys of a gained shard all at once, a replay like the initial list to
 // which controller-runtime gives that priority, so fresh events go first.
+// The key is checked with Owns, not counted again: the replica counted it
+// as ready before calling Add.
 func (k keyQueue) Add(key string) {
 	q := k.s.current()
 	if q == nil {
 		return
 	}
 	if req, ok := request(key); ok {
-		q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, req)
+		q.addWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, false, []reconcile.Request{req})
 	}
 }
 

@@ -26,18 +26,38 @@ import (
 // checks again as the run starts; the queue only keeps foreign keys from
 // taking workers.
 //
+// An add of new work, ready now, is checked with sharding.Replica.Admit,
+// which also counts the key among its shard's ready keys until its run
+// begins: the load the replica reports, from which the ring's backlog
+// (RingReady, RingOldestReady) and DesiredReplicas are computed. Those are
+// the adds of controller-runtime's event handlers (AddWithOpts with no
+// After and not RateLimited, or Add), and AddAfter with no delay. Its
+// requeues (after an error, a Result's RequeueAfter or Requeue:
+// AddWithOpts with After or RateLimited; AddRateLimited, AddAfter with a
+// delay) are checked with Owns and not counted: a retry waits for its
+// deadline, and is not a backlog of new work.
+//
 // Get, Done, Forget, NumRequeues, Len and the shutdowns are crpriority's.
 // Create it through Sharding.NewQueue (controller.Options.NewQueue). It is
 // safe for concurrent use.
 type Queue struct {
-	q    *crpriority.Queue[reconcile.Request]
-	owns func(key string) bool
+	q *crpriority.Queue[reconcile.Request]
+	r owner
 }
 
 var _ priorityqueue.PriorityQueue[reconcile.Request] = (*Queue)(nil)
 
-func newQueue(owns func(string) bool, rl workqueue.RateLimiter[reconcile.Request], cfg workqueue.Config[reconcile.Request]) *Queue {
-	return &Queue{q: crpriority.New(rl, cfg), owns: owns}
+// owner is what the queue asks of the replica (sharding.Replica).
+type owner interface {
+	// Owns reports whether the replica would run key now.
+	Owns(key string) bool
+	// Admit is Owns, and counts an owned key as ready from now until its
+	// run begins.
+	Admit(key string) bool
+}
+
+func newQueue(r owner, rl workqueue.RateLimiter[reconcile.Request], cfg workqueue.Config[reconcile.Request]) *Queue {
+	return &Queue{q: crpriority.New(rl, cfg), r: r}
 }
 
 // Key returns the key the sharding replica knows req by: "namespace/name",
@@ -58,17 +78,27 @@ func request(key string) (reconcile.Request, bool) {
 	return req, true
 }
 
-// admitted returns the items whose keys the replica owns. In the common
-// case (one item, owned) it returns items itself and allocates nothing.
-func (q *Queue) admitted(items []reconcile.Request) []reconcile.Request {
+// admits reports whether the replica owns key; if ready (the key is new
+// work, ready now), it also counts key as ready (sharding.Replica.Admit).
+func (q *Queue) admits(key string, ready bool) bool {
+	if ready {
+		return q.r.Admit(key)
+	}
+	return q.r.Owns(key)
+}
+
+// admitted returns the items whose keys the replica owns (admits). In the
+// common case (one item, owned) it returns items itself and allocates
+// nothing.
+func (q *Queue) admitted(items []reconcile.Request, ready bool) []reconcile.Request {
 	for i, it := range items {
-		if q.owns(Key(it)) {
+		if q.admits(Key(it), ready) {
 			continue
 		}
 		// Copy the owned ones out: the caller's slice is not ours to edit.
 		out := append([]reconcile.Request(nil), items[:i]...)
 		for _, it := range items[i+1:] {
-			if q.owns(Key(it)) {
+			if q.admits(Key(it), ready) {
 				out = append(out, it)
 			}
 		}
@@ -77,18 +107,22 @@ func (q *Queue) admitted(items []reconcile.Request) []reconcile.Request {
 	return items
 }
 
-// Add adds req if the replica owns its key.
+// Add adds req if the replica owns its key, and counts it as ready.
 func (q *Queue) Add(req reconcile.Request) {
-	if q.owns(Key(req)) {
+	if q.r.Admit(Key(req)) {
 		q.q.Add(req)
 	}
 }
 
 // AddAfter adds req after d if the replica owns its key now. (If the shard
 // moves in the meantime, the replica removes the key, and its new holder
-// runs it.)
+// runs it.) With no delay (d <= 0) it is Add.
 func (q *Queue) AddAfter(req reconcile.Request, d time.Duration) {
-	if q.owns(Key(req)) {
+	if d <= 0 {
+		q.Add(req)
+		return
+	}
+	if q.r.Owns(Key(req)) {
 		q.q.AddAfter(req, d)
 	}
 }
@@ -96,14 +130,20 @@ func (q *Queue) AddAfter(req reconcile.Request, d time.Duration) {
 // AddRateLimited adds req after its limiter's delay if the replica owns its
 // key. A refused request does not count as a failure of the limiter.
 func (q *Queue) AddRateLimited(req reconcile.Request) {
-	if q.owns(Key(req)) {
+	if q.r.Owns(Key(req)) {
 		q.q.AddRateLimited(req)
 	}
 }
 
-// AddWithOpts adds the items whose keys the replica owns, with o.
+// AddWithOpts adds the items whose keys the replica owns, with o. Unless o
+// has an After or RateLimited (a requeue), they are counted as ready.
 func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
-	if items = q.admitted(items); len(items) > 0 {
+	q.addWithOpts(o, o.After <= 0 && !o.RateLimited, items)
+}
+
+// addWithOpts is AddWithOpts, counting the items as ready if ready.
+func (q *Queue) addWithOpts(o priorityqueue.AddOpts, ready bool, items []reconcile.Request) {
+	if items = q.admitted(items, ready); len(items) > 0 {
 		q.q.AddWithOpts(o, items...)
 	}
 }

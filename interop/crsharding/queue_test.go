@@ -23,10 +23,12 @@ func req(ns, name string) reconcile.Request {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}
 }
 
-// owned is a stand-in for Replica.Owns: a set of keys that can change.
+// owned is a stand-in for the replica's Owns and Admit: a set of keys that
+// can change, and the keys Admit counted as ready, in order.
 type owned struct {
-	mu   sync.Mutex
-	keys map[string]bool
+	mu    sync.Mutex
+	keys  map[string]bool
+	ready []string
 }
 
 func ownedOf(keys ...string) *owned {
@@ -41,6 +43,26 @@ func (o *owned) owns(key string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.keys[key]
+}
+
+func (o *owned) Owns(key string) bool { return o.owns(key) }
+
+func (o *owned) Admit(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.keys[key] {
+		o.ready = append(o.ready, key)
+	}
+	return o.keys[key]
+}
+
+// counted returns the keys Admit counted since the last call.
+func (o *owned) counted() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := o.ready
+	o.ready = nil
+	return out
 }
 
 func (o *owned) set(key string, v bool) {
@@ -81,7 +103,7 @@ func TestKey(t *testing.T) {
 func TestQueueAdmitsOnlyOwnedKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := ownedOf("ns/mine", "ns/mine2", "ns/mine3")
-		q := newQueue(o.owns, nil, workqueue.Config[reconcile.Request]{})
+		q := newQueue(o, nil, workqueue.Config[reconcile.Request]{})
 		defer q.ShutDown()
 
 		q.Add(req("ns", "mine"))
@@ -156,7 +178,7 @@ func TestControllerReconcilesOnlyOwnedKeys(t *testing.T) {
 		Reconciler:         rec,
 		SkipNameValidation: ptr.To(true),
 		NewQueue: func(name string, rl clientworkqueue.TypedRateLimiter[reconcile.Request]) clientworkqueue.TypedRateLimitingInterface[reconcile.Request] {
-			made = newQueue(o.owns, rl, workqueue.Config[reconcile.Request]{Name: name})
+			made = newQueue(o, rl, workqueue.Config[reconcile.Request]{Name: name})
 			return made
 		},
 	})

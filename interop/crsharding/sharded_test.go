@@ -1,7 +1,9 @@
 package crsharding
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -124,13 +126,15 @@ func TestPredicatesHold(t *testing.T) {
 }
 
 type simRing struct {
-	t      *testing.T
-	mode   sharding.Filtering    // the fake server's: it honours ShardSelector or ignores it
-	preds  []predicate.Predicate // the controllers' predicates on their source
-	once   bool                  // reconcile returns no RequeueAfter
-	objs   *fake.Clientset
-	server *fakeshards.Server // in front of objs: the API server, as the replicas see it
-	leases *fakeleases.Store
+	t       *testing.T
+	mode    sharding.Filtering    // the fake server's: it honours ShardSelector or ignores it
+	preds   []predicate.Predicate // the controllers' predicates on their source
+	once    bool                  // reconcile returns no RequeueAfter
+	errs    bool                  // reconcile returns an error (a rate-limited requeue), not RequeueAfter
+	workers int                   // the controllers' MaxConcurrentReconciles (0: simObjects)
+	objs    *fake.Clientset
+	server  *fakeshards.Server // in front of objs: the API server, as the replicas see it
+	leases  *fakeleases.Store
 
 	mu       sync.Mutex // protects the fields below
 	replicas map[string]*simReplica
@@ -209,7 +213,7 @@ func (h *simRing) start(id string) {
 	})
 	c, err := controller.NewTypedUnmanaged("cms-"+id, sh.ControllerOptions(controller.Options{
 		Reconciler:              sh.Reconciler(rec),
-		MaxConcurrentReconciles: simObjects, // every key may be in flight at once
+		MaxConcurrentReconciles: cmp.Or(h.workers, simObjects), // by default every key may be in flight at once
 		SkipNameValidation:      ptr.To(true),
 	}))
 	require.NoError(t, err)
@@ -265,6 +269,9 @@ func (h *simRing) reconcile(ctx context.Context, rep *simReplica, req reconcile.
 	// every key is in flight or waiting when its shard moves.
 	if h.once {
 		return reconcile.Result{}, nil
+	}
+	if h.errs {
+		return reconcile.Result{}, errors.New("simulated failure")
 	}
 	return reconcile.Result{RequeueAfter: simRequeue}, nil
 }
