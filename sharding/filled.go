@@ -179,7 +179,15 @@ func (b *ledger) feedLocked(now time.Time) []string {
 	if b.pending.outstanding >= catchUpWindow || len(b.pending.feed) == 0 {
 		return nil
 	}
-	return b.pending.take(func(s int) bool { return b.admitsLocked(s, now) })
+	return b.pending.take(func(s int) shardFeed {
+		switch {
+		case b.admitsLocked(s, now):
+			return feedKey
+		case b.alive && b.state[s].state == shardActive:
+			return feedWait
+		}
+		return feedDrop
+	})
 }
 
 // feed returns the next catch-up keys to add to the queue (feedLocked):

@@ -191,17 +191,35 @@ func (p *pendingKeys) gain(s int, now time.Time, keys []string) {
 // ledger.refusedLocked).
 func (p *pendingKeys) owe(key string, s int, now time.Time) { p.gain(s, now, []string{key}) }
 
+// shardFeed is what take does with a catch-up key of a shard: feed it
+// (admitted), wait (held in a live session, not admitted for now: fed, it
+// would only be refused), or drop it (not held: its next holder catches
+// it up; kept, it would stop the feed for good).
+type shardFeed uint8
+
+const (
+	feedKey shardFeed = iota
+	feedWait
+	feedDrop
+)
+
 // take marks the next catch-up keys fed, up to catchUpWindow outstanding,
-// and returns them for the queue; it stops at a key of a shard that
-// admits reports is not admitted now (fed, it would only be refused).
-func (p *pendingKeys) take(admits func(s int) bool) []string {
+// and returns them for the queue; state tells, for each key's shard,
+// whether to feed it, stop there, or drop it.
+func (p *pendingKeys) take(state func(s int) shardFeed) []string {
 	var out []string
 	for p.outstanding < catchUpWindow && len(p.feed) > 0 {
 		e := p.feed[0]
 		k, ok := p.at[e.key]
 		if ok && k.kind == keyUnfed && k.shard == e.shard && k.at.Equal(e.at) {
-			if !admits(e.shard) {
-				break
+			switch state(e.shard) {
+			case feedWait:
+				return out
+			case feedDrop:
+				p.forget(e.key, k)
+				p.feed[0] = pendingEntry{}
+				p.feed = p.feed[1:]
+				continue
 			}
 			k.kind = keyFed
 			p.at[e.key] = k

@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"context"
 	"math"
 	"reflect"
 	"slices"
@@ -162,7 +163,7 @@ func TestPendingCatchUp(t *testing.T) {
 	var p pendingKeys
 	p.init(2)
 	at := time.Unix(0, 0)
-	all := func(int) bool { return true }
+	all := func(int) shardFeed { return feedKey }
 	p.gain(0, at, []string{"a", "b", "c", "d"})
 	p.gain(1, at, []string{"e"})
 	if n, old := p.ready(0, at.Add(time.Minute)); n != 4 || old != 0 {
@@ -196,7 +197,7 @@ func TestPendingCatchUp(t *testing.T) {
 	// A shard not admitted stops the feed where it is.
 	p.gain(1, at, []string{"f"})
 	p.begun("c")
-	if got := p.take(func(s int) bool { return s != 1 }); got != nil {
+	if got := p.take(func(s int) shardFeed { return map[bool]shardFeed{true: feedKey, false: feedWait}[s != 1] }); got != nil {
 		t.Errorf("feed while shard 1 is not admitted: %v, want nothing", got)
 	}
 	// Dropped, shard 1's keys go, fed (e) or not (f), and free the window.
@@ -237,5 +238,50 @@ func TestDropGoneActive(t *testing.T) {
 	b.dropGone([]int{0})
 	if n := len(b.pending.at); n != 0 || b.pending.outstanding != 0 {
 		t.Errorf("after the drop of an active shard: %d keys pending, %d outstanding; want 0, 0", n, b.pending.outstanding)
+	}
+}
+
+// TestRefusedWhileHeldIsOwed checks that a key refused while its shard is
+// held but not admitted for the moment (here a renewal's answer awaited
+// past the deadline) is owed a run, fed once the shard is admitted again:
+// the queue has let it go, and no gain would bring it back, the shard
+// never having been lost. A key of a shard given up is forgotten (its
+// next holder catches it up).
+func TestRefusedWhileHeldIsOwed(t *testing.T) {
+	var b ledger
+	b.init(2)
+	at := time.Unix(0, 0)
+	for s := range 2 {
+		b.state[s].state, b.filled[s] = shardActive, true
+	}
+	b.alive, b.deadline = true, at.Add(10*time.Second)
+	gap := at.Add(11 * time.Second)
+	// d, refused while its shard is held, which is given up then, heads
+	// the feed: dropped, it must not stop the feed.
+	b.event("d", 1, false, true, gap)
+	b.state[1].state = shardDraining
+	if !b.event("a", 0, false, true, at) {
+		t.Fatal("a's event refused while admitted")
+	}
+	if tk, ok := b.begin(context.Background(), "a", 0, true, gap); ok || tk.feed != nil {
+		t.Fatalf("a's run past the deadline: admitted %v, feed %v; want refused, nothing fed", ok, tk.feed)
+	}
+	if b.event("b", 0, false, true, gap) || b.admit("c", 0, true, gap) {
+		t.Fatal("b's event or c's Admit admitted past the deadline")
+	}
+	b.deadline = at.Add(20 * time.Second) // the renewal's answer came in time
+	got := append(b.feed(gap), b.feed(gap)...)
+	if len(got) == 0 {
+		t.Fatal("nothing fed once admitted again")
+	}
+	if tk, ok := b.begin(context.Background(), got[0], 0, true, gap); ok {
+		got = append(got, tk.feed...)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("fed once admitted again: %v, want [a b c] (d's shard is given up)", got)
+	}
+	if _, ok := b.pending.at["d"]; ok {
+		t.Error("d, of a shard given up, still owed")
 	}
 }
