@@ -39,13 +39,15 @@ import (
 // The autoscaling scenario's ring and load. A replica runs hpaWorkers
 // keys at once, each for hpaService: at TargetBusy (0.75) it takes 1.5
 // keys a second. hpaBase asks for 3 replicas of 16 shards
-// (⌈16 / ⌊16 × 180 s / 390 s⌋⌉), three times hpaBase for 8.
+// (⌈16 / ⌊16 × 180 s / 420 s⌋⌉), three times hpaBase for 8; its work is
+// 14 % from either edge (2 below 360 s, 4 above 480 s), so that the
+// minute's Poisson noise (±7 %) does not ask for 2 or 4.
 const (
 	hpaShards    = 16
 	hpaWorkers   = 4
 	hpaService   = 2 * time.Second
-	hpaBase      = 3.25 // keys a second
-	hpaStart     = 3    // the Deployment's replicas at the start
+	hpaBase      = 3.5 // keys a second
+	hpaStart     = 3   // the Deployment's replicas at the start
 	hpaOldest    = 10 * time.Second
 	hpaTimeScale = 5 // the HPA's periods and windows are hpa.yaml's over this
 )
