@@ -37,7 +37,9 @@ const (
 // A *workqueue.RateLimitingQueue[string] satisfies it. A gained shard's
 // keys (one per object: the catch-up a move owes) are added a few at a
 // time, one more as each run begins in Replica.Handler, so that events
-// never wait behind a whole shard, whatever the queue's order.
+// never wait behind a whole shard, whatever the queue's order (and one
+// more for every few runs of other keys, so that a busy queue never
+// starves the catch-up).
 type Queue interface {
 	Add(key string)
 	Remove(key string) bool

@@ -176,7 +176,7 @@ func (b *ledger) gained(s int, now time.Time, keys []string) []string {
 // feedLocked returns the next catch-up keys to add to the queue, of
 // shards admitted at now. b.mu must be held.
 func (b *ledger) feedLocked(now time.Time) []string {
-	if b.pending.outstanding >= catchUpWindow || len(b.pending.feed) == 0 {
+	if (b.pending.outstanding >= catchUpWindow && b.pending.credit == 0) || len(b.pending.feed) == 0 {
 		return nil
 	}
 	return b.pending.take(func(s int) shardFeed {

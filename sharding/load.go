@@ -115,6 +115,10 @@ type pendingKeys struct {
 	// outstanding the fed ones, all shards, whose run has not begun.
 	catchUp     []int
 	outstanding int
+	// others counts the runs of other keys begun since the last key fed
+	// for its share (catchUpShare); credit is the keys that share allows
+	// beyond the window.
+	others, credit int
 }
 
 // A pending key's kind: an event's, or a catch-up key not yet fed to the
@@ -125,8 +129,19 @@ const (
 	keyFed
 )
 
+// catchUpShare is the least share of the runs a catch-up gets while other
+// keys keep the queue busy: one more key is fed, beyond the window, for
+// every catchUpShare runs of other keys begun. With the window alone a
+// queue that always holds other keys (a ring behind its events, keys that
+// requeue themselves) would give the catch-up two of its places per
+// round, and a catch-up of thousands of keys would take that many rounds:
+// starved, its objects' missed changes would wait for it. An event then
+// waits at most a quarter longer, and the ring's signal sees a ring that
+// is short, as it is.
+const catchUpShare = 4
+
 // catchUpWindow is the most catch-up keys fed to the queue whose run has
-// not begun. Each begin feeds the next, so the workers fill up with
+// not begun (beyond those of the share, catchUpShare). Each begin feeds the next, so the workers fill up with
 // catch-up runs when nothing else waits; an event waits behind at most
 // this many. Two rather than one, so that a fed key that the queue holds
 // back (coalesced with a run of the same key in flight) does not stop the
@@ -208,7 +223,7 @@ const (
 // whether to feed it, stop there, or drop it.
 func (p *pendingKeys) take(state func(s int) shardFeed) []string {
 	var out []string
-	for p.outstanding < catchUpWindow && len(p.feed) > 0 {
+	for (p.outstanding < catchUpWindow || p.credit > 0) && len(p.feed) > 0 {
 		e := p.feed[0]
 		k, ok := p.at[e.key]
 		if ok && k.kind == keyUnfed && k.shard == e.shard && k.at.Equal(e.at) {
@@ -223,6 +238,9 @@ func (p *pendingKeys) take(state func(s int) shardFeed) []string {
 			}
 			k.kind = keyFed
 			p.at[e.key] = k
+			if p.outstanding >= catchUpWindow {
+				p.credit--
+			}
 			p.outstanding++
 			out = append(out, e.key)
 		}
@@ -230,7 +248,7 @@ func (p *pendingKeys) take(state func(s int) shardFeed) []string {
 		p.feed = p.feed[1:]
 	}
 	if len(p.feed) == 0 {
-		p.feed = nil
+		p.feed, p.credit = nil, 0
 	}
 	return out
 }
@@ -239,11 +257,15 @@ func (p *pendingKeys) take(state func(s int) shardFeed) []string {
 // the key was a catch-up key.
 func (p *pendingKeys) begun(key string) (catchUp bool) {
 	k, ok := p.at[key]
-	if !ok {
-		return false
+	if ok {
+		p.forget(key, k)
 	}
-	p.forget(key, k)
-	return k.kind != keyEvent
+	if catchUp = ok && k.kind != keyEvent; !catchUp && len(p.feed) > 0 {
+		if p.others++; p.others >= catchUpShare {
+			p.others, p.credit = 0, min(p.credit+1, catchUpShare) // a burst bounded after a gap
+		}
+	}
+	return catchUp
 }
 
 // forget deletes key, pending as k.

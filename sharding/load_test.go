@@ -285,3 +285,31 @@ func TestRefusedWhileHeldIsOwed(t *testing.T) {
 		t.Error("d, of a shard given up, still owed")
 	}
 }
+
+// TestCatchUpShare checks the catch-up's share while other keys keep the
+// queue busy: one key fed beyond the window for every catchUpShare runs
+// of other keys begun.
+func TestCatchUpShare(t *testing.T) {
+	var p pendingKeys
+	p.init(1)
+	at := time.Unix(0, 0)
+	all := func(int) shardFeed { return feedKey }
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = "c" + strconv.Itoa(i)
+	}
+	p.gain(0, at, keys)
+	if got := p.take(all); len(got) != catchUpWindow {
+		t.Fatalf("first feed %v, want %d keys", got, catchUpWindow)
+	}
+	fed := 0
+	for i := range 3 * catchUpShare {
+		k := "e" + strconv.Itoa(i)
+		p.add(k, 0, at)
+		p.begun(k)
+		fed += len(p.take(all))
+	}
+	if fed != 3 || p.outstanding != catchUpWindow+3 {
+		t.Errorf("%d runs of other keys: %d more catch-up keys fed, %d outstanding; want 3 and %d", 3*catchUpShare, fed, p.outstanding, catchUpWindow+3)
+	}
+}
