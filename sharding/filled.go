@@ -111,16 +111,29 @@ func (b *ledger) measured(held []int, now time.Time) ([]shardLoad, []bool) {
 		return out, known
 	}
 	for k, s := range held {
-		w := b.work[s].total(now)
+		// The meter's buckets span less than the window (a window less
+		// the part of the current bucket still to come), and a shard held
+		// for less, its time held: its work is its rate over that span,
+		// taken over the window. Read as the window's, the buckets' sum
+		// would be 0-17 % short, 8 % on the mean: a ring's work, and the
+		// replicas it asks for, read low.
+		raw, span := b.work[s].total(now), covered(now)
+		age := now.Sub(b.since[s])
+		if !b.since[s].IsZero() {
+			span = min(span, age)
+		}
+		rate := 0.0 // work per unit of time
+		if span > 0 {
+			rate = float64(raw) / float64(span)
+		}
+		w := time.Duration(rate * float64(loadWindow))
 		known[k] = true
-		if age := now.Sub(b.since[s]); age < loadWindow && !b.since[s].IsZero() {
+		if age < loadWindow && !b.since[s].IsZero() {
 			switch {
 			case b.seed[s] > 0:
-				w += time.Duration(float64(b.seed[s]) * float64(loadWindow-age) / float64(loadWindow))
+				w = time.Duration(rate*float64(age)) + time.Duration(float64(b.seed[s])*float64(loadWindow-age)/float64(loadWindow))
 			case age < loadMeasureMin:
 				w, known[k] = 0, false
-			default:
-				w = time.Duration(float64(w) * float64(loadWindow) / float64(max(age, loadBucket)))
 			}
 		}
 		out[k].work = w

@@ -63,6 +63,12 @@ func (w *workMeter) add(d time.Duration, now time.Time) {
 	w.sum[k] += d
 }
 
+// covered is the span the buckets of a meter read at now cover: the
+// window's, less the part of the current bucket still to come.
+func covered(now time.Time) time.Duration {
+	return loadWindow - loadBucket + time.Duration(now.UnixNano()-bucketOf(now)*int64(loadBucket))
+}
+
 // total is the work of the buckets within loadWindow of now.
 func (w *workMeter) total(now time.Time) time.Duration {
 	e := bucketOf(now)

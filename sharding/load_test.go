@@ -142,8 +142,10 @@ func TestLedgerMeasured(t *testing.T) {
 	if got[0].work != 2*time.Second || got[1].work != time.Second+15*time.Second {
 		t.Errorf("half a window in: %v, %v; want 2s (scaled) and 16s (1s + half the 30s seed)", got[0].work, got[1].work)
 	}
-	if got, _ := b.measured([]int{2}, now); got[0].work != time.Second {
-		t.Errorf("held for over a window: %v, want 1s as measured", got[0].work)
+	// Held for over a window, at a bucket's start: the buckets cover 50 s
+	// of the window, and 1 s in 50 s is 1.2 s a window.
+	if got, _ := b.measured([]int{2}, now); got[0].work != 1200*time.Millisecond {
+		t.Errorf("held for over a window: %v, want 1.2s (1s over the 50s the buckets cover)", got[0].work)
 	}
 	// Before loadMeasureMin, an unseeded shard's load is unknown; a seeded
 	// one's known.
@@ -311,5 +313,26 @@ func TestCatchUpShare(t *testing.T) {
 	}
 	if fed != 3 || p.outstanding != catchUpWindow+3 {
 		t.Errorf("%d runs of other keys: %d more catch-up keys fed, %d outstanding; want 3 and %d", 3*catchUpShare, fed, p.outstanding, catchUpWindow+3)
+	}
+}
+
+// TestLedgerMeasuredRate checks that a steady load reads as itself
+// whatever the phase of the meter's current bucket: a shard held for
+// long, busy one second in two, reads 30 s a window, not the 25-30 s of
+// the buckets' sum (they cover 50-60 s of the window).
+func TestLedgerMeasuredRate(t *testing.T) {
+	at := time.Unix(1000*int64(loadWindow/time.Second), 0)
+	for _, off := range []time.Duration{0, 2500 * time.Millisecond, 5 * time.Second, 9 * time.Second} {
+		now := at.Add(off)
+		var b ledger
+		b.init(1)
+		b.heldFrom(0, now.Add(-time.Hour))
+		for k := 179; k >= 1; k -= 2 { // in order of time, as runs end
+			b.work[0].add(time.Second, now.Add(-time.Duration(k)*time.Second))
+		}
+		got, _ := b.measured([]int{0}, now)
+		if d := got[0].work - 30*time.Second; d < -2*time.Second || d > 2*time.Second {
+			t.Errorf("%v into a bucket: %v a window, want 30s ± 2s", off, got[0].work)
+		}
 	}
 }
