@@ -63,6 +63,12 @@ func (w *workMeter) add(d time.Duration, now time.Time) {
 	w.sum[k] += d
 }
 
+// covered is the span the buckets of a meter read at now cover: the
+// window's, less the part of the current bucket still to come.
+func covered(now time.Time) time.Duration {
+	return loadWindow - loadBucket + time.Duration(now.UnixNano()-bucketOf(now)*int64(loadBucket))
+}
+
 // total is the work of the buckets within loadWindow of now.
 func (w *workMeter) total(now time.Time) time.Duration {
 	e := bucketOf(now)
@@ -75,9 +81,11 @@ func (w *workMeter) total(now time.Time) time.Duration {
 	return t
 }
 
-// pendingKeys are the keys the replica added to the queue (its event
-// handler, and the keys of a shard it gains) whose run has not begun
-// since: a shard's ready keys and the age of the oldest, counted by the
+// pendingKeys are the keys the replica owes a run: those added to the
+// queue for an event (see the callers of ledger.queuedLocked) whose run
+// has not begun since, and the keys of the shards it gained (catch-up
+// keys, see below).
+// They give a shard's ready keys and the age of the oldest, counted by the
 // replica rather than asked of the queue, because no queue says when a
 // key became ready, and asking it by shard would cost a walk of its keys.
 // Each add and each run's begin cost one map operation under the ledger's
@@ -85,33 +93,95 @@ func (w *workMeter) total(now time.Time) time.Duration {
 // FIFO, amortised O(1). Keys the controller adds itself (AddRateLimited
 // after an error) are not counted: a retry waits for its deadline, and
 // is not part of the backlog of new work.
+//
+// A gained shard's objects are all owed a run (their events went to
+// another replica), but that catch-up is the cost of the move, not new
+// work: more replicas would not shorten it (they would move more shards,
+// and owe more catch-ups), and its runs are no measure of the shard's
+// load. So the catch-up keys are counted in ready, never in the oldest
+// age, and their runs not in the shard's work (ledger.end). And they are
+// fed to the queue a few at a time (catchUpWindow), one more as each run
+// begins, rather than all at once: a FIFO queue would otherwise put every
+// event that comes after a gain behind the whole shard, for as long as
+// its catch-up lasts, and the ring's oldest age would ask for replicas
+// (a storm of scale-ups after every scale-down). Fed this way, an event
+// waits behind at most catchUpWindow catch-up keys, whatever the queue's
+// order, and the workers still all run catch-up keys when no event waits.
+// A catch-up key that gets an event meanwhile becomes an event key (its
+// wait is counted from the event).
 type pendingKeys struct {
 	at   map[string]pendingKey
-	fifo [][]pendingEntry // by shard, in order of addition
-	n    []int            // by shard, the keys pending
+	fifo [][]pendingEntry // event keys, by shard, in order of addition
+	n    []int            // by shard, the keys pending (events and catch-up)
+	// feed is the catch-up keys not yet fed to the queue, in the order
+	// their shards were gained; an entry is stale once its key is no
+	// longer unfed (fed, begun, made an event key or dropped).
+	feed []pendingEntry
+	// catchUp[s] counts shard s's catch-up keys (unfed or fed), and
+	// outstanding the fed ones, all shards, whose run has not begun.
+	catchUp     []int
+	outstanding int
+	// others counts the runs of other keys begun since the last key fed
+	// for its share (catchUpShare); credit is the keys that share allows
+	// beyond the window.
+	others, credit int
 }
+
+// A pending key's kind: an event's, or a catch-up key not yet fed to the
+// queue, or fed.
+const (
+	keyEvent uint8 = iota
+	keyUnfed
+	keyFed
+)
+
+// catchUpShare is the least share of the runs a catch-up gets while other
+// keys keep the queue busy: one more key is fed, beyond the window, for
+// every catchUpShare runs of other keys begun. With the window alone a
+// queue that always holds other keys (a ring behind its events, keys that
+// requeue themselves) would give the catch-up two of its places per
+// round, and a catch-up of thousands of keys would take that many rounds:
+// starved, its objects' missed changes would wait for it. An event then
+// waits at most a quarter longer, and the ring's signal sees a ring that
+// is short, as it is.
+const catchUpShare = 4
+
+// catchUpWindow is the most catch-up keys fed to the queue whose run has
+// not begun (beyond those of the share, catchUpShare). Each begin feeds the next, so the workers fill up with
+// catch-up runs when nothing else waits; an event waits behind at most
+// this many. Two rather than one, so that a fed key that the queue holds
+// back (coalesced with a run of the same key in flight) does not stop the
+// feed for that run's length.
+const catchUpWindow = 2
 
 type pendingKey struct {
 	shard int
 	at    time.Time
+	kind  uint8
 }
 
 type pendingEntry struct {
-	key string
-	at  time.Time
+	key   string
+	at    time.Time
+	shard int // for feed's entries
 }
 
 func (p *pendingKeys) init(shards int) {
 	p.at = make(map[string]pendingKey)
 	p.fifo = make([][]pendingEntry, shards)
 	p.n = make([]int, shards)
+	p.catchUp = make([]int, shards)
 }
 
-// add records key, of shard s, added at now; a key already pending keeps
-// its first time (the queue coalesces it).
+// add records key, of shard s, added to the queue for an event at now; a
+// key already waiting for an event keeps its first time (the queue
+// coalesces it), and a catch-up key becomes an event key.
 func (p *pendingKeys) add(key string, s int, now time.Time) {
-	if _, ok := p.at[key]; ok {
-		return
+	if k, ok := p.at[key]; ok {
+		if k.kind == keyEvent {
+			return
+		}
+		p.forget(key, k)
 	}
 	p.at[key] = pendingKey{shard: s, at: now}
 	p.fifo[s] = append(p.fifo[s], pendingEntry{key: key, at: now})
@@ -121,11 +191,98 @@ func (p *pendingKeys) add(key string, s int, now time.Time) {
 	}
 }
 
-// begun forgets key: its run began.
-func (p *pendingKeys) begun(key string) {
-	if k, ok := p.at[key]; ok {
-		delete(p.at, key)
-		p.n[k.shard]--
+// gain records keys, of shard s, gained at now, as catch-up keys to feed
+// (take). A key still recorded as pending is not in the queue (a shard
+// not admitted has none there: its keys were removed), so it is recorded
+// afresh: left as it was, it would never be fed again.
+func (p *pendingKeys) gain(s int, now time.Time, keys []string) {
+	for _, key := range keys {
+		if k, ok := p.at[key]; ok {
+			p.forget(key, k)
+		}
+		p.at[key] = pendingKey{shard: s, at: now, kind: keyUnfed}
+		p.feed = append(p.feed, pendingEntry{key: key, at: now, shard: s})
+		p.n[s]++
+		p.catchUp[s]++
+	}
+}
+
+// owe records key, of shard s, as a catch-up key to feed again (a run or
+// an event refused while its shard was held but not admitted, see
+// ledger.refusedLocked).
+func (p *pendingKeys) owe(key string, s int, now time.Time) { p.gain(s, now, []string{key}) }
+
+// shardFeed is what take does with a catch-up key of a shard: feed it
+// (admitted), wait (held in a live session, not admitted for now: fed, it
+// would only be refused), or drop it (not held: its next holder catches
+// it up; kept, it would stop the feed for good).
+type shardFeed uint8
+
+const (
+	feedKey shardFeed = iota
+	feedWait
+	feedDrop
+)
+
+// take marks the next catch-up keys fed, up to catchUpWindow outstanding,
+// and returns them for the queue; state tells, for each key's shard,
+// whether to feed it, stop there, or drop it.
+func (p *pendingKeys) take(state func(s int) shardFeed) []string {
+	var out []string
+	for (p.outstanding < catchUpWindow || p.credit > 0) && len(p.feed) > 0 {
+		e := p.feed[0]
+		k, ok := p.at[e.key]
+		if ok && k.kind == keyUnfed && k.shard == e.shard && k.at.Equal(e.at) {
+			switch state(e.shard) {
+			case feedWait:
+				return out
+			case feedDrop:
+				p.forget(e.key, k)
+				p.feed[0] = pendingEntry{}
+				p.feed = p.feed[1:]
+				continue
+			}
+			k.kind = keyFed
+			p.at[e.key] = k
+			if p.outstanding >= catchUpWindow {
+				p.credit--
+			}
+			p.outstanding++
+			out = append(out, e.key)
+		}
+		p.feed[0] = pendingEntry{}
+		p.feed = p.feed[1:]
+	}
+	if len(p.feed) == 0 {
+		p.feed, p.credit = nil, 0
+	}
+	return out
+}
+
+// begun forgets key: its run began, or it was refused. It reports whether
+// the key was a catch-up key.
+func (p *pendingKeys) begun(key string) (catchUp bool) {
+	k, ok := p.at[key]
+	if ok {
+		p.forget(key, k)
+	}
+	if catchUp = ok && k.kind != keyEvent; !catchUp && len(p.feed) > 0 {
+		if p.others++; p.others >= catchUpShare {
+			p.others, p.credit = 0, min(p.credit+1, catchUpShare) // a burst bounded after a gap
+		}
+	}
+	return catchUp
+}
+
+// forget deletes key, pending as k.
+func (p *pendingKeys) forget(key string, k pendingKey) {
+	delete(p.at, key)
+	p.n[k.shard]--
+	if k.kind != keyEvent {
+		p.catchUp[k.shard]--
+	}
+	if k.kind == keyFed {
+		p.outstanding--
 	}
 }
 
@@ -133,16 +290,29 @@ func (p *pendingKeys) begun(key string) {
 // of it were removed).
 func (p *pendingKeys) drop(s int) {
 	for _, e := range p.fifo[s] {
-		if k, ok := p.at[e.key]; ok && k.shard == s {
-			delete(p.at, e.key)
+		if k, ok := p.at[e.key]; ok && k.shard == s && k.kind == keyEvent {
+			p.forget(e.key, k)
 		}
 	}
-	p.fifo[s], p.n[s] = nil, 0
+	p.fifo[s] = nil
+	if p.catchUp[s] > 0 {
+		// The catch-up keys are in feed (unfed) or only in at (fed): a
+		// walk of at, once per shard given up during its catch-up.
+		for key, k := range p.at {
+			if k.shard == s {
+				p.forget(key, k)
+			}
+		}
+	}
+	p.n[s], p.catchUp[s] = 0, 0
+	if !slices.ContainsFunc(p.catchUp, func(c int) bool { return c > 0 }) {
+		p.feed = nil // all stale
+	}
 }
 
 func (p *pendingKeys) live(s int, e pendingEntry) bool {
 	k, ok := p.at[e.key]
-	return ok && k.shard == s && k.at.Equal(e.at)
+	return ok && k.kind == keyEvent && k.shard == s && k.at.Equal(e.at)
 }
 
 func (p *pendingKeys) compact(s int) {
@@ -156,7 +326,8 @@ func (p *pendingKeys) compact(s int) {
 	p.fifo[s] = out
 }
 
-// ready returns shard s's pending keys and the age of the oldest at now.
+// ready returns shard s's pending keys (events and catch-up) and the age
+// at now of the oldest event key.
 func (p *pendingKeys) ready(s int, now time.Time) (int, time.Duration) {
 	f := p.fifo[s]
 	for len(f) > 0 && !p.live(s, f[0]) {

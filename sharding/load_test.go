@@ -1,8 +1,10 @@
 package sharding
 
 import (
+	"context"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -140,8 +142,10 @@ func TestLedgerMeasured(t *testing.T) {
 	if got[0].work != 2*time.Second || got[1].work != time.Second+15*time.Second {
 		t.Errorf("half a window in: %v, %v; want 2s (scaled) and 16s (1s + half the 30s seed)", got[0].work, got[1].work)
 	}
-	if got, _ := b.measured([]int{2}, now); got[0].work != time.Second {
-		t.Errorf("held for over a window: %v, want 1s as measured", got[0].work)
+	// Held for over a window, at a bucket's start: the buckets cover 50 s
+	// of the window, and 1 s in 50 s is 1.2 s a window.
+	if got, _ := b.measured([]int{2}, now); got[0].work != 1200*time.Millisecond {
+		t.Errorf("held for over a window: %v, want 1.2s (1s over the 50s the buckets cover)", got[0].work)
 	}
 	// Before loadMeasureMin, an unseeded shard's load is unknown; a seeded
 	// one's known.
@@ -151,5 +155,184 @@ func TestLedgerMeasured(t *testing.T) {
 	}
 	if _, known := b.measured([]int{0, 1, 2}, now); !known[0] || !known[1] || !known[2] {
 		t.Errorf("at loadMeasureMin: known %v, want every shard known", known)
+	}
+}
+
+// TestPendingCatchUp checks a gained shard's keys: owed (ready) but not
+// in the oldest age, fed catchUpWindow at a time as runs begin, made
+// event keys by an event, and forgotten with their shard, fed or not.
+func TestPendingCatchUp(t *testing.T) {
+	var p pendingKeys
+	p.init(2)
+	at := time.Unix(0, 0)
+	all := func(int) shardFeed { return feedKey }
+	p.gain(0, at, []string{"a", "b", "c", "d"})
+	p.gain(1, at, []string{"e"})
+	if n, old := p.ready(0, at.Add(time.Minute)); n != 4 || old != 0 {
+		t.Errorf("shard 0 gained: %d ready, oldest %v; want 4, 0 (a catch-up is not in the oldest)", n, old)
+	}
+	if got := p.take(all); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("first feed %v, want [a b]", got)
+	}
+	if got := p.take(all); got != nil {
+		t.Errorf("feed with %d outstanding: %v, want nothing", p.outstanding, got)
+	}
+	if !p.begun("a") {
+		t.Error("a's run is not told a catch-up")
+	}
+	if got := p.take(all); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("feed after a began %v, want [c]", got)
+	}
+	// An event for a fed key (b) and one for an unfed key (d): both wait
+	// from the event on, and leave the feed.
+	p.add("b", 0, at.Add(10*time.Second))
+	p.add("d", 0, at.Add(20*time.Second))
+	if n, old := p.ready(0, at.Add(30*time.Second)); n != 3 || old != 20*time.Second {
+		t.Errorf("shard 0 after the events: %d ready, oldest %v; want 3 (b c d), 20s (b's event)", n, old)
+	}
+	if p.begun("b") {
+		t.Error("b's run, after its event, is told a catch-up")
+	}
+	if got := p.take(all); !slices.Equal(got, []string{"e"}) {
+		t.Errorf("feed %v, want [e] (d is an event key now)", got)
+	}
+	// A shard not admitted stops the feed where it is.
+	p.gain(1, at, []string{"f"})
+	p.begun("c")
+	if got := p.take(func(s int) shardFeed { return map[bool]shardFeed{true: feedKey, false: feedWait}[s != 1] }); got != nil {
+		t.Errorf("feed while shard 1 is not admitted: %v, want nothing", got)
+	}
+	// Dropped, shard 1's keys go, fed (e) or not (f), and free the window.
+	p.drop(1)
+	if len(p.at) != 1 || p.outstanding != 0 || p.feed != nil {
+		t.Errorf("after shard 1's drop: %d keys pending, %d outstanding, feed %v; want 1 (d), 0, nil", len(p.at), p.outstanding, p.feed)
+	}
+	p.drop(0)
+	if len(p.at) != 0 || p.n[0] != 0 || p.catchUp[0] != 0 {
+		t.Errorf("after shard 0's drop: %d keys pending, n %d, catch-up %d; want none", len(p.at), p.n[0], p.catchUp[0])
+	}
+	// Gained again while its keys are still recorded (fed, an event's):
+	// none of them is in the queue, and all are fed again.
+	p.gain(0, at, []string{"g", "h"})
+	p.take(all)
+	p.add("i", 0, at)
+	p.gain(0, at.Add(time.Second), []string{"g", "h", "i"})
+	if got := append(p.take(all), p.take(all)...); !slices.Equal(got, []string{"g", "h"}) || p.n[0] != 3 {
+		t.Errorf("gained again: fed %v, %d pending; want [g h] and 3", got, p.n[0])
+	}
+	p.begun("g")
+	if got := p.take(all); !slices.Equal(got, []string{"i"}) {
+		t.Errorf("gained again, then g began: fed %v, want [i] (its event's record was in no queue)", got)
+	}
+}
+
+// TestDropGoneActive checks that a shard no longer admitted while still
+// active (a renewal's answer late, an informer's start) forgets its
+// pending keys with the queue's: gained again, every key is fed again.
+func TestDropGoneActive(t *testing.T) {
+	var b ledger
+	b.init(1)
+	at := time.Unix(0, 0)
+	b.state[0].state, b.filled[0], b.alive, b.deadline = shardActive, true, true, at.Add(time.Hour)
+	if got := b.gained(0, at, []string{"a", "b", "c"}); len(got) != catchUpWindow {
+		t.Fatalf("first feed %v, want %d keys", got, catchUpWindow)
+	}
+	b.dropGone([]int{0})
+	if n := len(b.pending.at); n != 0 || b.pending.outstanding != 0 {
+		t.Errorf("after the drop of an active shard: %d keys pending, %d outstanding; want 0, 0", n, b.pending.outstanding)
+	}
+}
+
+// TestRefusedWhileHeldIsOwed checks that a key refused while its shard is
+// held but not admitted for the moment (here a renewal's answer awaited
+// past the deadline) is owed a run, fed once the shard is admitted again:
+// the queue has let it go, and no gain would bring it back, the shard
+// never having been lost. A key of a shard given up is forgotten (its
+// next holder catches it up).
+func TestRefusedWhileHeldIsOwed(t *testing.T) {
+	var b ledger
+	b.init(2)
+	at := time.Unix(0, 0)
+	for s := range 2 {
+		b.state[s].state, b.filled[s] = shardActive, true
+	}
+	b.alive, b.deadline = true, at.Add(10*time.Second)
+	gap := at.Add(11 * time.Second)
+	// d, refused while its shard is held, which is given up then, heads
+	// the feed: dropped, it must not stop the feed.
+	b.event("d", 1, false, true, gap)
+	b.state[1].state = shardDraining
+	if !b.event("a", 0, false, true, at) {
+		t.Fatal("a's event refused while admitted")
+	}
+	if tk, ok := b.begin(context.Background(), "a", 0, true, gap); ok || tk.feed != nil {
+		t.Fatalf("a's run past the deadline: admitted %v, feed %v; want refused, nothing fed", ok, tk.feed)
+	}
+	if b.event("b", 0, false, true, gap) || b.admit("c", 0, true, gap) {
+		t.Fatal("b's event or c's Admit admitted past the deadline")
+	}
+	b.deadline = at.Add(20 * time.Second) // the renewal's answer came in time
+	got := append(b.feed(gap), b.feed(gap)...)
+	if len(got) == 0 {
+		t.Fatal("nothing fed once admitted again")
+	}
+	if tk, ok := b.begin(context.Background(), got[0], 0, true, gap); ok {
+		got = append(got, tk.feed...)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("fed once admitted again: %v, want [a b c] (d's shard is given up)", got)
+	}
+	if _, ok := b.pending.at["d"]; ok {
+		t.Error("d, of a shard given up, still owed")
+	}
+}
+
+// TestCatchUpShare checks the catch-up's share while other keys keep the
+// queue busy: one key fed beyond the window for every catchUpShare runs
+// of other keys begun.
+func TestCatchUpShare(t *testing.T) {
+	var p pendingKeys
+	p.init(1)
+	at := time.Unix(0, 0)
+	all := func(int) shardFeed { return feedKey }
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = "c" + strconv.Itoa(i)
+	}
+	p.gain(0, at, keys)
+	if got := p.take(all); len(got) != catchUpWindow {
+		t.Fatalf("first feed %v, want %d keys", got, catchUpWindow)
+	}
+	fed := 0
+	for i := range 3 * catchUpShare {
+		k := "e" + strconv.Itoa(i)
+		p.add(k, 0, at)
+		p.begun(k)
+		fed += len(p.take(all))
+	}
+	if fed != 3 || p.outstanding != catchUpWindow+3 {
+		t.Errorf("%d runs of other keys: %d more catch-up keys fed, %d outstanding; want 3 and %d", 3*catchUpShare, fed, p.outstanding, catchUpWindow+3)
+	}
+}
+
+// TestLedgerMeasuredRate checks that a steady load reads as itself
+// whatever the phase of the meter's current bucket: a shard held for
+// long, busy one second in two, reads 30 s a window, not the 25-30 s of
+// the buckets' sum (they cover 50-60 s of the window).
+func TestLedgerMeasuredRate(t *testing.T) {
+	at := time.Unix(1000*int64(loadWindow/time.Second), 0)
+	for _, off := range []time.Duration{0, 2500 * time.Millisecond, 5 * time.Second, 9 * time.Second} {
+		now := at.Add(off)
+		var b ledger
+		b.init(1)
+		b.heldFrom(0, now.Add(-time.Hour))
+		for k := 179; k >= 1; k -= 2 { // in order of time, as runs end
+			b.work[0].add(time.Second, now.Add(-time.Duration(k)*time.Second))
+		}
+		got, _ := b.measured([]int{0}, now)
+		if d := got[0].work - 30*time.Second; d < -2*time.Second || d > 2*time.Second {
+			t.Errorf("%v into a bucket: %v a window, want 30s ± 2s", off, got[0].work)
+		}
 	}
 }

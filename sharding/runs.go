@@ -139,6 +139,8 @@ func (b *ledger) admit(key string, s int, found bool, now time.Time) bool {
 	ok := found && b.admitsLocked(s, now)
 	if ok {
 		b.queuedLocked(s, now, key)
+	} else {
+		b.oweLocked(key, s, found, now) // held, not admitted for now: run once it is (refusedLocked)
 	}
 	return ok
 }
@@ -158,7 +160,41 @@ func (b *ledger) event(key string, s int, deleted, queue bool, now time.Time) bo
 	if ok && queue {
 		b.queuedLocked(s, now, key)
 	}
+	if !ok && queue && !deleted {
+		b.oweLocked(key, s, true, now) // an add refused while the shard is held: run once it is admitted
+	}
 	return ok
+}
+
+// refusedLocked records that key, of shard s if found, was refused at now
+// (a run, or an event's add) and returns the catch-up keys to feed. A key
+// of a shard still held in a live session, only not admitted for now (a
+// renewal's answer awaited past the deadline, a sharded informer being
+// filled), is owed a run: fed again once the shard is admitted, dropped
+// with it if it is not (the session ends, the shard is given up, and its
+// next holder catches it up). Forgotten, it would be lost: the queue has
+// let it go, and no gain will enqueue it, as the shard was never lost.
+// Any other key waits no more. b.mu must be held.
+func (b *ledger) refusedLocked(key string, s int, found bool, now time.Time) []string {
+	if b.pending.at == nil {
+		return nil
+	}
+	if !b.oweLocked(key, s, found, now) {
+		b.pending.begun(key)
+	}
+	return b.feedLocked(now)
+}
+
+// oweLocked records key, of shard s if found, as owed a run if its shard
+// is held in a live session (see refusedLocked), and reports whether it
+// did. The caller feeds the queue, or leaves it to the next begin or the
+// loop's next sync. b.mu must be held.
+func (b *ledger) oweLocked(key string, s int, found bool, now time.Time) bool {
+	if b.pending.at == nil || !found || !b.alive || b.state[s].state != shardActive {
+		return false
+	}
+	b.pending.owe(key, s, now)
+	return true
 }
 
 // ticket is one admitted run, from begin to end.
@@ -168,6 +204,13 @@ type ticket struct {
 	key   string
 	found bool // the key's object was in the store at begin
 	start time.Time
+	// catchUp is set on the run of a gained shard's key (load.go): its
+	// time is not counted as the shard's work.
+	catchUp bool
+	// feed is the catch-up keys for the caller to add to the queue, once
+	// begin has returned (also when it refused the run): one more for the
+	// run that began (pendingKeys.take).
+	feed []string
 	// ctx is the run's context, which lose, adopt and drainScan cancel;
 	// cancel is for the caller, once the run has returned and end has
 	// recorded it.
@@ -182,12 +225,10 @@ func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now t
 	defer b.mu.Unlock()
 	tk := ticket{shard: s, key: key, found: found, start: now}
 	if !found {
-		if tk.shard, found = b.gone[key]; !found {
-			return ticket{}, false
-		}
+		tk.shard, found = b.gone[key]
 	}
-	if !b.admitsLocked(tk.shard, now) {
-		return ticket{}, false
+	if !found || !b.admitsLocked(tk.shard, now) {
+		return ticket{feed: b.refusedLocked(key, tk.shard, found, now)}, false
 	}
 	tk.id = b.nextRun
 	b.nextRun++
@@ -196,7 +237,8 @@ func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now t
 	b.state[tk.shard].inflight++
 	b.inflight++
 	if b.pending.at != nil {
-		b.pending.begun(key)
+		tk.catchUp = b.pending.begun(key)
+		tk.feed = b.feedLocked(now)
 	}
 	return tk, true
 }
@@ -210,7 +252,7 @@ func (b *ledger) end(tk ticket, err error, now time.Time) (poke bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := tk.shard
-	if b.work != nil {
+	if b.work != nil && !tk.catchUp { // a catch-up is the move's cost, not the shard's load (load.go)
 		b.work[s].add(max(0, now.Sub(tk.start)), now)
 	}
 	delete(b.flight, tk.id)

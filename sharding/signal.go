@@ -21,10 +21,12 @@ import (
 //	desired = ⌈S / k⌉ + u    (S if k is 0: one shard is more than c)
 //
 // where work is the handler time of every shard whose load a member
-// reports (leaving members' too: that work moves to the others), c =
-// w × loadWindow × TargetBusy is a replica's work at its target, with w
-// the mean of the workers the members report, and u the members that
-// report no load at all (an older version, or one that publishes
+// reports (leaving members' too: that work moves to the others; and an
+// admitted shard whose holder, which measures, reports no load yet
+// counted at the mean of those that have one), c = w × loadWindow ×
+// TargetBusy is a replica's work at its target, with w the mean of the
+// workers the members report, and u the members that report no load at
+// all (an older version, or one that publishes
 // nothing): each counts as one replica at its target, asking for neither
 // more nor fewer. Shards are whole: with work for 7 replicas on 8
 // shards, 7 replicas would leave one holding 2 shards, 2/8 of the work,
@@ -44,8 +46,12 @@ import (
 // a shard being handed over (filling, draining, or held by a member
 // that leaves) wait for the move, not for capacity: more replicas would
 // not shorten that wait, and counting it would answer each scale-down's
-// hand-overs with a scale-up (the oldest gauge still shows them). Last, desired
-// is kept within [1, S]: a replica beyond the S-th would hold no shard.
+// hand-overs with a scale-up (the oldest gauge still shows them). For
+// the same reason a gained shard's catch-up (a run owed to each of its
+// objects) is in no oldest age and no work (load.go): its keys count as
+// ready only, and are fed to the queue so that events never wait behind
+// it. Last, desired is kept within [1, S]: a replica beyond the S-th
+// would hold no shard.
 //
 // A replica of another shard count (a rollout that changes Shards) holds
 // keys of the same controller, so its work, keys and workers count as
@@ -90,16 +96,23 @@ func signalOf(v *view, t scaleTarget) signal {
 	var work, busyWork time.Duration // all measured work; that of members reporting workers
 	workers, reporting, unmeasured := 0, 0, 0
 	var served time.Duration // the oldest ready age of the shards admitted by members not leaving
+	known, blind := 0, 0     // the shards with a load; those admitted without one by a member that measures
+	var blindBusy int        // of blind, those of members reporting workers
 	for _, m := range v.members {
 		if !m.leaving {
 			s.replicas++
 		}
 		measured := m.load.workers > 0
 		var mw time.Duration
+		mb := 0
 		for _, h := range m.load.held {
 			if !h.known {
+				if h.state == stateAdmitted {
+					mb++
+				}
 				continue
 			}
+			known++
 			// A key waits in one queue only, its admitter's (a replica
 			// that gives a shard up removes its keys): no key counts
 			// twice.
@@ -116,10 +129,23 @@ func signalOf(v *view, t scaleTarget) signal {
 			workers += m.load.workers
 			reporting++
 			busyWork += mw
+			blindBusy += mb
 		}
-		if !measured && !m.leaving {
+		if measured {
+			blind += mb
+		} else if !m.leaving {
 			unmeasured++
 		}
+	}
+	if known > 0 && blind > 0 {
+		// A shard whose holder has measured it for too short a while
+		// (taken without its previous holder's measure) is served, and
+		// carries work: taken as the mean of the known, not as none, lest
+		// a ring whose shards move (a scale-down's hand-overs) read as
+		// idler than it is and ask for fewer replicas still.
+		mean := work / time.Duration(known)
+		work += mean * time.Duration(blind)
+		busyWork += mean * time.Duration(blindBusy)
 	}
 	shards := max(cmp.Or(v.ringLease.conf.shards, t.shards), 1)
 	s.desired = s.replicas

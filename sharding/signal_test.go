@@ -90,6 +90,15 @@ func TestSignalOf(t *testing.T) {
 			signal{ready: 40, oldest: 70 * time.Second, busy: 0.75, replicas: 1, desired: 1}},
 		{"no workers, behind", []memberInfo{signalMember(false, 0, "0:7:60")}, 0,
 			signal{ready: 7, oldest: time.Minute, replicas: 1, desired: 2}},
+		// An admitted shard whose holder has no load for it yet (taken
+		// without its previous holder's measure) counts at the mean of
+		// the known: 360 s over 2 shards, 540 s in all, not 360 s (2
+		// replicas). A filling one is not counted: its old holder's
+		// entry has the load.
+		{"admitted without load: the mean", []memberInfo{signalMember(false, 4, "180:0:0", "-"), signalMember(false, 4, "180:0:0")}, 0,
+			signal{busy: 540.0 / 480, replicas: 2, desired: 4}},
+		{"filling without load: not counted", []memberInfo{withState(signalMember(false, 4, "180:0:0", "-"), 1, stateFilling), signalMember(false, 4, "180:0:0")}, 0,
+			signal{busy: 360.0 / 480, replicas: 2, desired: 2}},
 		// Within [1, S], S the ring's count if known.
 		{"capped at the replica's count", []memberInfo{signalMember(false, 1, "6000:0:0")}, 0,
 			signal{busy: 100, replicas: 1, desired: 16}},
