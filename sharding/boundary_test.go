@@ -1,6 +1,7 @@
 package sharding_test
 
 import (
+	"github.com/go-coalesce/workqueue"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -135,9 +136,10 @@ func TestNewSessionWaitsForRuns(t *testing.T) {
 }
 
 // TestGiveUpRemovesKeys checks that a replica giving shards up removes
-// their queued keys (Remove) rather than leaving them to be skipped: one
-// worker is stuck, so every other key of the first replica waits in its
-// queue when a second replica joins and takes half the shards.
+// their queued keys (Remove) rather than leaving them to be skipped, and
+// forgets the catch-up runs it owed them: one worker is stuck, so every
+// other key of the first replica waits (in its queue, or to be fed to it)
+// when a second replica joins and takes half the shards.
 func TestGiveUpRemovesKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rg := newRing(t, 16, 64)
@@ -151,7 +153,7 @@ func TestGiveUpRemovesKeys(t *testing.T) {
 		rg.mu.Lock()
 		m := rg.members[first]
 		rg.mu.Unlock()
-		before := m.q.Len()
+		before, queued := sharding.Owed(m.r), m.q.Len()
 		rg.start(false)
 		rg.waitBalanced(leaseDuration)
 		owned := 0
@@ -160,11 +162,17 @@ func TestGiveUpRemovesKeys(t *testing.T) {
 				owned++
 			}
 		}
-		after := m.q.Len()
-		if before < 60 || after > owned || owned > 48 {
-			t.Errorf("first replica's queue: %d keys before the join, %d after, for the %d objects of the shards it kept", before, after, owned)
+		after := sharding.Owed(m.r)
+		var foreign []string
+		for _, k := range m.q.Inspect(0) {
+			if k.State == workqueue.KeyReady && !m.r.Owns(k.Key) {
+				foreign = append(foreign, k.Key)
+			}
 		}
-		t.Logf("queue of the first replica: %d keys before the join, %d after; it owns %d objects", before, after, owned)
+		if before < 60 || queued == 0 || after > owned || owned > 48 || len(foreign) > 0 {
+			t.Errorf("first replica: %d keys owed (%d queued) before the join, %d after, for the %d objects of the shards it kept; queued keys of shards given up: %v", before, queued, after, owned, foreign)
+		}
+		t.Logf("first replica: %d keys owed (%d queued) before the join, %d after; it owns %d objects", before, queued, after, owned)
 	})
 }
 

@@ -599,8 +599,10 @@ func TestNewInformerPrimary(t *testing.T) {
 		if got := r.Shards(); len(got) != shards || !r.Owns("ns-0/d-0") {
 			t.Errorf("once the primary informer runs: Shards() = %v, Owns = %v; want every shard admitted", got, r.Owns("ns-0/d-0"))
 		}
-		if n, l := len(inf.GetStore().ListKeys()), q.Len(); n != 16 || l != 16 {
-			t.Errorf("%d objects cached and %d keys queued, want all 16", n, l)
+		// No worker runs: every object is owed its catch-up run, and the
+		// queue holds the first few (the rest are fed as runs begin).
+		if n, o, l := len(inf.GetStore().ListKeys()), sharding.Owed(r), q.Len(); n != 16 || o != 16 || l != sharding.CatchUpWindow {
+			t.Errorf("%d objects cached, %d keys owed a run and %d queued, want all 16 owed and %d queued", n, o, l, sharding.CatchUpWindow)
 		}
 	})
 }

@@ -34,7 +34,10 @@ const (
 
 // Queue is what the replica needs of the controller's queue: it adds the
 // keys of the shards it gains and removes those of the shards it gives up.
-// A *workqueue.RateLimitingQueue[string] satisfies it.
+// A *workqueue.RateLimitingQueue[string] satisfies it. A gained shard's
+// keys (one per object: the catch-up a move owes) are added a few at a
+// time, one more as each run begins in Replica.Handler, so that events
+// never wait behind a whole shard, whatever the queue's order.
 type Queue interface {
 	Add(key string)
 	Remove(key string) bool
@@ -107,7 +110,8 @@ type Config struct {
 	// owner's, so its owner's holder would not have it.
 	ShardedWith []runtime.Object
 	// Queue is the controller's queue. The replica adds keys of the shards
-	// it holds and removes a shard's keys when it gives the shard up.
+	// it holds (a gained shard's a few at a time: see the type Queue) and
+	// removes a shard's keys when it gives the shard up.
 	Queue Queue
 	// Metrics, if set, are kept up to date: who filters, shards held,
 	// objects cached.

@@ -276,9 +276,10 @@ func (l *loop) refuseRing(err error) {
 //     drops the objects of the others, without events, and starts filling
 //     the gained ones.
 //  3. A held shard is filled once every running sharded informer has
-//     synced it; a shard that becomes admitted (active and filled) has
-//     all its objects enqueued, since their events went to another
-//     replica, or came before the shard was admitted.
+//     synced it; a shard that becomes admitted (active and filled) owes
+//     all its objects a run, since their events went to another replica,
+//     or came before the shard was admitted: they are fed to the queue
+//     as runs begin, so that events do not wait behind them (load.go).
 //
 // It then tells OnChange.
 func (l *loop) sync() {
@@ -353,14 +354,16 @@ func (l *loop) warm(held []int) []int {
 }
 
 // admitted compares the admitted shards with those of the last call: it
-// removes the queued keys of the shards no longer admitted and enqueues
-// every object of the newly admitted ones from the primary informer, then
+// removes the queued keys of the shards no longer admitted and owes a
+// catch-up run to every object of the newly admitted ones, from the
+// primary informer (fed to the queue a few at a time, load.go), then
 // tells OnChange and the Shards gauge.
 func (l *loop) admitted() {
 	now := l.Shards()
 	gained, lost := diff(l.prev, now), diff(now, l.prev)
 	l.prev = now
 	if len(gained)+len(lost) == 0 {
+		l.feed()
 		return
 	}
 	klog.V(2).InfoS("sharding: admitted shards changed", "ring", l.cfg.Name, "identity", l.cfg.Identity, "admitted", now, "gained", gained, "lost", lost)
@@ -377,14 +380,33 @@ func (l *loop) admitted() {
 		}
 		each(lost, func(_ int, key string) { l.cfg.Queue.Remove(key) })
 		at := time.Now()
-		each(gained, func(s int, key string) { l.runs.queued(s, at, key); l.cfg.Queue.Add(key) }) // queued first: a worker may begin it at once
+		for _, s := range gained {
+			var keys []string
+			each([]int{s}, func(_ int, key string) { keys = append(keys, key) })
+			// Recorded before the first Adds, as a worker may begin a
+			// key at once; the rest are fed as runs begin (load.go).
+			for _, key := range l.runs.gained(s, at, keys) {
+				l.cfg.Queue.Add(key)
+			}
+		}
 	}
 	for _, k := range gone {
 		l.cfg.Queue.Remove(k)
 	}
+	l.feed()
 	setGauge(l.cfg.Metrics.Shards, float64(len(now)))
 	if l.cfg.OnChange != nil {
 		l.cfg.OnChange(slices.Clone(now))
+	}
+}
+
+// feed adds the next catch-up keys to the queue, if any is due: runs
+// feed them as they begin (Replica.Handler), and the loop here, for a feed
+// that stopped at a shard not admitted then (a session's gap, an
+// informer's start) or whose fed keys were dropped with their shard.
+func (l *loop) feed() {
+	for _, key := range l.runs.feed(time.Now()) {
+		l.cfg.Queue.Add(key)
 	}
 }
 

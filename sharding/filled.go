@@ -47,9 +47,9 @@ func (b *ledger) setFilled(filled []bool, gen int) {
 	}
 }
 
-// dropGone forgets the deleted keys of the given shards that are no longer
-// active, and their pending keys (load.go), and returns the deleted keys
-// (for the queue's Remove).
+// dropGone forgets the pending keys (load.go) of the given shards, no
+// longer admitted, and the deleted keys of those no longer active, and
+// returns the deleted keys (for the queue's Remove).
 func (b *ledger) dropGone(lost []int) []string {
 	if len(lost) == 0 {
 		return nil
@@ -59,8 +59,11 @@ func (b *ledger) dropGone(lost []int) []string {
 	in := make([]bool, len(b.state))
 	for _, i := range lost {
 		in[i] = true
-		if b.pending.at != nil && b.state[i].state != shardActive {
-			b.pending.drop(i) // the queue's keys of it are removed
+		if b.pending.at != nil {
+			// The queue's keys of it are removed (loop.admitted), whatever
+			// its state: a shard still active but no longer admitted (a
+			// session's gap, an informer's start) owes nothing queued.
+			b.pending.drop(i)
 		}
 	}
 	var out []string
@@ -146,15 +149,8 @@ func (b *ledger) seedWork(s int, work time.Duration) {
 	}
 }
 
-// queued records keys of shard s that the replica added to the queue at
-// now.
-func (b *ledger) queued(s int, now time.Time, keys ...string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.queuedLocked(s, now, keys...)
-}
-
-// queuedLocked is queued with b.mu held.
+// queuedLocked records keys of shard s that were added to the queue for
+// an event at now. b.mu must be held.
 func (b *ledger) queuedLocked(s int, now time.Time, keys ...string) {
 	if b.pending.at == nil {
 		return
@@ -162,4 +158,34 @@ func (b *ledger) queuedLocked(s int, now time.Time, keys ...string) {
 	for _, k := range keys {
 		b.pending.add(k, s, now)
 	}
+}
+
+// gained records the keys of shard s, gained at now, as owed a catch-up
+// run (load.go), and returns the first of them for the caller to add to
+// the queue.
+func (b *ledger) gained(s int, now time.Time, keys []string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending.at == nil {
+		return keys
+	}
+	b.pending.gain(s, now, keys)
+	return b.feedLocked(now)
+}
+
+// feedLocked returns the next catch-up keys to add to the queue, of
+// shards admitted at now. b.mu must be held.
+func (b *ledger) feedLocked(now time.Time) []string {
+	if b.pending.outstanding >= catchUpWindow || len(b.pending.feed) == 0 {
+		return nil
+	}
+	return b.pending.take(func(s int) bool { return b.admitsLocked(s, now) })
+}
+
+// feed returns the next catch-up keys to add to the queue (feedLocked):
+// the loop's, for a feed that stopped at a shard not admitted then.
+func (b *ledger) feed(now time.Time) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.feedLocked(now)
 }

@@ -75,9 +75,11 @@ func (w *workMeter) total(now time.Time) time.Duration {
 	return t
 }
 
-// pendingKeys are the keys the replica added to the queue (its event
-// handler, and the keys of a shard it gains) whose run has not begun
-// since: a shard's ready keys and the age of the oldest, counted by the
+// pendingKeys are the keys the replica owes a run: those added to the
+// queue for an event (see the callers of ledger.queuedLocked) whose run
+// has not begun since, and the keys of the shards it gained (catch-up
+// keys, see below).
+// They give a shard's ready keys and the age of the oldest, counted by the
 // replica rather than asked of the queue, because no queue says when a
 // key became ready, and asking it by shard would cost a walk of its keys.
 // Each add and each run's begin cost one map operation under the ledger's
@@ -85,33 +87,80 @@ func (w *workMeter) total(now time.Time) time.Duration {
 // FIFO, amortised O(1). Keys the controller adds itself (AddRateLimited
 // after an error) are not counted: a retry waits for its deadline, and
 // is not part of the backlog of new work.
+//
+// A gained shard's objects are all owed a run (their events went to
+// another replica), but that catch-up is the cost of the move, not new
+// work: more replicas would not shorten it (they would move more shards,
+// and owe more catch-ups), and its runs are no measure of the shard's
+// load. So the catch-up keys are counted in ready, never in the oldest
+// age, and their runs not in the shard's work (ledger.end). And they are
+// fed to the queue a few at a time (catchUpWindow), one more as each run
+// begins, rather than all at once: a FIFO queue would otherwise put every
+// event that comes after a gain behind the whole shard, for as long as
+// its catch-up lasts, and the ring's oldest age would ask for replicas
+// (a storm of scale-ups after every scale-down). Fed this way, an event
+// waits behind at most catchUpWindow catch-up keys, whatever the queue's
+// order, and the workers still all run catch-up keys when no event waits.
+// A catch-up key that gets an event meanwhile becomes an event key (its
+// wait is counted from the event).
 type pendingKeys struct {
 	at   map[string]pendingKey
-	fifo [][]pendingEntry // by shard, in order of addition
-	n    []int            // by shard, the keys pending
+	fifo [][]pendingEntry // event keys, by shard, in order of addition
+	n    []int            // by shard, the keys pending (events and catch-up)
+	// feed is the catch-up keys not yet fed to the queue, in the order
+	// their shards were gained; an entry is stale once its key is no
+	// longer unfed (fed, begun, made an event key or dropped).
+	feed []pendingEntry
+	// catchUp[s] counts shard s's catch-up keys (unfed or fed), and
+	// outstanding the fed ones, all shards, whose run has not begun.
+	catchUp     []int
+	outstanding int
 }
+
+// A pending key's kind: an event's, or a catch-up key not yet fed to the
+// queue, or fed.
+const (
+	keyEvent uint8 = iota
+	keyUnfed
+	keyFed
+)
+
+// catchUpWindow is the most catch-up keys fed to the queue whose run has
+// not begun. Each begin feeds the next, so the workers fill up with
+// catch-up runs when nothing else waits; an event waits behind at most
+// this many. Two rather than one, so that a fed key that the queue holds
+// back (coalesced with a run of the same key in flight) does not stop the
+// feed for that run's length.
+const catchUpWindow = 2
 
 type pendingKey struct {
 	shard int
 	at    time.Time
+	kind  uint8
 }
 
 type pendingEntry struct {
-	key string
-	at  time.Time
+	key   string
+	at    time.Time
+	shard int // for feed's entries
 }
 
 func (p *pendingKeys) init(shards int) {
 	p.at = make(map[string]pendingKey)
 	p.fifo = make([][]pendingEntry, shards)
 	p.n = make([]int, shards)
+	p.catchUp = make([]int, shards)
 }
 
-// add records key, of shard s, added at now; a key already pending keeps
-// its first time (the queue coalesces it).
+// add records key, of shard s, added to the queue for an event at now; a
+// key already waiting for an event keeps its first time (the queue
+// coalesces it), and a catch-up key becomes an event key.
 func (p *pendingKeys) add(key string, s int, now time.Time) {
-	if _, ok := p.at[key]; ok {
-		return
+	if k, ok := p.at[key]; ok {
+		if k.kind == keyEvent {
+			return
+		}
+		p.forget(key, k)
 	}
 	p.at[key] = pendingKey{shard: s, at: now}
 	p.fifo[s] = append(p.fifo[s], pendingEntry{key: key, at: now})
@@ -121,11 +170,68 @@ func (p *pendingKeys) add(key string, s int, now time.Time) {
 	}
 }
 
-// begun forgets key: its run began.
-func (p *pendingKeys) begun(key string) {
-	if k, ok := p.at[key]; ok {
-		delete(p.at, key)
-		p.n[k.shard]--
+// gain records keys, of shard s, gained at now, as catch-up keys to feed
+// (take). A key still recorded as pending is not in the queue (a shard
+// not admitted has none there: its keys were removed), so it is recorded
+// afresh: left as it was, it would never be fed again.
+func (p *pendingKeys) gain(s int, now time.Time, keys []string) {
+	for _, key := range keys {
+		if k, ok := p.at[key]; ok {
+			p.forget(key, k)
+		}
+		p.at[key] = pendingKey{shard: s, at: now, kind: keyUnfed}
+		p.feed = append(p.feed, pendingEntry{key: key, at: now, shard: s})
+		p.n[s]++
+		p.catchUp[s]++
+	}
+}
+
+// take marks the next catch-up keys fed, up to catchUpWindow outstanding,
+// and returns them for the queue; it stops at a key of a shard that
+// admits reports is not admitted now (fed, it would only be refused).
+func (p *pendingKeys) take(admits func(s int) bool) []string {
+	var out []string
+	for p.outstanding < catchUpWindow && len(p.feed) > 0 {
+		e := p.feed[0]
+		k, ok := p.at[e.key]
+		if ok && k.kind == keyUnfed && k.shard == e.shard && k.at.Equal(e.at) {
+			if !admits(e.shard) {
+				break
+			}
+			k.kind = keyFed
+			p.at[e.key] = k
+			p.outstanding++
+			out = append(out, e.key)
+		}
+		p.feed[0] = pendingEntry{}
+		p.feed = p.feed[1:]
+	}
+	if len(p.feed) == 0 {
+		p.feed = nil
+	}
+	return out
+}
+
+// begun forgets key: its run began, or it was refused. It reports whether
+// the key was a catch-up key.
+func (p *pendingKeys) begun(key string) (catchUp bool) {
+	k, ok := p.at[key]
+	if !ok {
+		return false
+	}
+	p.forget(key, k)
+	return k.kind != keyEvent
+}
+
+// forget deletes key, pending as k.
+func (p *pendingKeys) forget(key string, k pendingKey) {
+	delete(p.at, key)
+	p.n[k.shard]--
+	if k.kind != keyEvent {
+		p.catchUp[k.shard]--
+	}
+	if k.kind == keyFed {
+		p.outstanding--
 	}
 }
 
@@ -133,16 +239,29 @@ func (p *pendingKeys) begun(key string) {
 // of it were removed).
 func (p *pendingKeys) drop(s int) {
 	for _, e := range p.fifo[s] {
-		if k, ok := p.at[e.key]; ok && k.shard == s {
-			delete(p.at, e.key)
+		if k, ok := p.at[e.key]; ok && k.shard == s && k.kind == keyEvent {
+			p.forget(e.key, k)
 		}
 	}
-	p.fifo[s], p.n[s] = nil, 0
+	p.fifo[s] = nil
+	if p.catchUp[s] > 0 {
+		// The catch-up keys are in feed (unfed) or only in at (fed): a
+		// walk of at, once per shard given up during its catch-up.
+		for key, k := range p.at {
+			if k.shard == s {
+				p.forget(key, k)
+			}
+		}
+	}
+	p.n[s], p.catchUp[s] = 0, 0
+	if !slices.ContainsFunc(p.catchUp, func(c int) bool { return c > 0 }) {
+		p.feed = nil // all stale
+	}
 }
 
 func (p *pendingKeys) live(s int, e pendingEntry) bool {
 	k, ok := p.at[e.key]
-	return ok && k.shard == s && k.at.Equal(e.at)
+	return ok && k.kind == keyEvent && k.shard == s && k.at.Equal(e.at)
 }
 
 func (p *pendingKeys) compact(s int) {
@@ -156,7 +275,8 @@ func (p *pendingKeys) compact(s int) {
 	p.fifo[s] = out
 }
 
-// ready returns shard s's pending keys and the age of the oldest at now.
+// ready returns shard s's pending keys (events and catch-up) and the age
+// at now of the oldest event key.
 func (p *pendingKeys) ready(s int, now time.Time) (int, time.Duration) {
 	f := p.fifo[s]
 	for len(f) > 0 && !p.live(s, f[0]) {

@@ -3,6 +3,7 @@ package sharding
 import (
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -151,5 +152,90 @@ func TestLedgerMeasured(t *testing.T) {
 	}
 	if _, known := b.measured([]int{0, 1, 2}, now); !known[0] || !known[1] || !known[2] {
 		t.Errorf("at loadMeasureMin: known %v, want every shard known", known)
+	}
+}
+
+// TestPendingCatchUp checks a gained shard's keys: owed (ready) but not
+// in the oldest age, fed catchUpWindow at a time as runs begin, made
+// event keys by an event, and forgotten with their shard, fed or not.
+func TestPendingCatchUp(t *testing.T) {
+	var p pendingKeys
+	p.init(2)
+	at := time.Unix(0, 0)
+	all := func(int) bool { return true }
+	p.gain(0, at, []string{"a", "b", "c", "d"})
+	p.gain(1, at, []string{"e"})
+	if n, old := p.ready(0, at.Add(time.Minute)); n != 4 || old != 0 {
+		t.Errorf("shard 0 gained: %d ready, oldest %v; want 4, 0 (a catch-up is not in the oldest)", n, old)
+	}
+	if got := p.take(all); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("first feed %v, want [a b]", got)
+	}
+	if got := p.take(all); got != nil {
+		t.Errorf("feed with %d outstanding: %v, want nothing", p.outstanding, got)
+	}
+	if !p.begun("a") {
+		t.Error("a's run is not told a catch-up")
+	}
+	if got := p.take(all); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("feed after a began %v, want [c]", got)
+	}
+	// An event for a fed key (b) and one for an unfed key (d): both wait
+	// from the event on, and leave the feed.
+	p.add("b", 0, at.Add(10*time.Second))
+	p.add("d", 0, at.Add(20*time.Second))
+	if n, old := p.ready(0, at.Add(30*time.Second)); n != 3 || old != 20*time.Second {
+		t.Errorf("shard 0 after the events: %d ready, oldest %v; want 3 (b c d), 20s (b's event)", n, old)
+	}
+	if p.begun("b") {
+		t.Error("b's run, after its event, is told a catch-up")
+	}
+	if got := p.take(all); !slices.Equal(got, []string{"e"}) {
+		t.Errorf("feed %v, want [e] (d is an event key now)", got)
+	}
+	// A shard not admitted stops the feed where it is.
+	p.gain(1, at, []string{"f"})
+	p.begun("c")
+	if got := p.take(func(s int) bool { return s != 1 }); got != nil {
+		t.Errorf("feed while shard 1 is not admitted: %v, want nothing", got)
+	}
+	// Dropped, shard 1's keys go, fed (e) or not (f), and free the window.
+	p.drop(1)
+	if len(p.at) != 1 || p.outstanding != 0 || p.feed != nil {
+		t.Errorf("after shard 1's drop: %d keys pending, %d outstanding, feed %v; want 1 (d), 0, nil", len(p.at), p.outstanding, p.feed)
+	}
+	p.drop(0)
+	if len(p.at) != 0 || p.n[0] != 0 || p.catchUp[0] != 0 {
+		t.Errorf("after shard 0's drop: %d keys pending, n %d, catch-up %d; want none", len(p.at), p.n[0], p.catchUp[0])
+	}
+	// Gained again while its keys are still recorded (fed, an event's):
+	// none of them is in the queue, and all are fed again.
+	p.gain(0, at, []string{"g", "h"})
+	p.take(all)
+	p.add("i", 0, at)
+	p.gain(0, at.Add(time.Second), []string{"g", "h", "i"})
+	if got := append(p.take(all), p.take(all)...); !slices.Equal(got, []string{"g", "h"}) || p.n[0] != 3 {
+		t.Errorf("gained again: fed %v, %d pending; want [g h] and 3", got, p.n[0])
+	}
+	p.begun("g")
+	if got := p.take(all); !slices.Equal(got, []string{"i"}) {
+		t.Errorf("gained again, then g began: fed %v, want [i] (its event's record was in no queue)", got)
+	}
+}
+
+// TestDropGoneActive checks that a shard no longer admitted while still
+// active (a renewal's answer late, an informer's start) forgets its
+// pending keys with the queue's: gained again, every key is fed again.
+func TestDropGoneActive(t *testing.T) {
+	var b ledger
+	b.init(1)
+	at := time.Unix(0, 0)
+	b.state[0].state, b.filled[0], b.alive, b.deadline = shardActive, true, true, at.Add(time.Hour)
+	if got := b.gained(0, at, []string{"a", "b", "c"}); len(got) != catchUpWindow {
+		t.Fatalf("first feed %v, want %d keys", got, catchUpWindow)
+	}
+	b.dropGone([]int{0})
+	if n := len(b.pending.at); n != 0 || b.pending.outstanding != 0 {
+		t.Errorf("after the drop of an active shard: %d keys pending, %d outstanding; want 0, 0", n, b.pending.outstanding)
 	}
 }

@@ -377,6 +377,9 @@ func (r *Replica) Handler(handle func(ctx context.Context, key string) error) fu
 	return func(ctx context.Context, key string) (err error) {
 		s, inStore := r.shardOfKey(key)
 		tk, ok := r.runs.begin(ctx, key, s, inStore, time.Now())
+		for _, k := range tk.feed {
+			r.cfg.Queue.Add(k)
+		}
 		if !ok {
 			return nil
 		}

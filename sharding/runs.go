@@ -168,6 +168,13 @@ type ticket struct {
 	key   string
 	found bool // the key's object was in the store at begin
 	start time.Time
+	// catchUp is set on the run of a gained shard's key (load.go): its
+	// time is not counted as the shard's work.
+	catchUp bool
+	// feed is the catch-up keys for the caller to add to the queue, once
+	// begin has returned (also when it refused the run): one more for the
+	// run that began (pendingKeys.take).
+	feed []string
 	// ctx is the run's context, which lose, adopt and drainScan cancel;
 	// cancel is for the caller, once the run has returned and end has
 	// recorded it.
@@ -187,7 +194,11 @@ func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now t
 		}
 	}
 	if !b.admitsLocked(tk.shard, now) {
-		return ticket{}, false
+		if b.pending.at != nil {
+			b.pending.begun(key) // refused: it waits no more
+			tk = ticket{feed: b.feedLocked(now)}
+		}
+		return tk, false
 	}
 	tk.id = b.nextRun
 	b.nextRun++
@@ -196,7 +207,8 @@ func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now t
 	b.state[tk.shard].inflight++
 	b.inflight++
 	if b.pending.at != nil {
-		b.pending.begun(key)
+		tk.catchUp = b.pending.begun(key)
+		tk.feed = b.feedLocked(now)
 	}
 	return tk, true
 }
@@ -210,7 +222,7 @@ func (b *ledger) end(tk ticket, err error, now time.Time) (poke bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := tk.shard
-	if b.work != nil {
+	if b.work != nil && !tk.catchUp { // a catch-up is the move's cost, not the shard's load (load.go)
 		b.work[s].add(max(0, now.Sub(tk.start)), now)
 	}
 	delete(b.flight, tk.id)

@@ -44,8 +44,12 @@ import (
 // a shard being handed over (filling, draining, or held by a member
 // that leaves) wait for the move, not for capacity: more replicas would
 // not shorten that wait, and counting it would answer each scale-down's
-// hand-overs with a scale-up (the oldest gauge still shows them). Last, desired
-// is kept within [1, S]: a replica beyond the S-th would hold no shard.
+// hand-overs with a scale-up (the oldest gauge still shows them). For
+// the same reason a gained shard's catch-up (a run owed to each of its
+// objects) is in no oldest age and no work (load.go): its keys count as
+// ready only, and are fed to the queue so that events never wait behind
+// it. Last, desired is kept within [1, S]: a replica beyond the S-th
+// would hold no shard.
 //
 // A replica of another shard count (a rollout that changes Shards) holds
 // keys of the same controller, so its work, keys and workers count as
