@@ -21,33 +21,44 @@ import (
 )
 
 // The simulated autoscaler: the whole-ring simulation (sim_test.go), calm
-// (no lost answers, stalls or partitions), runs keys of its own: they
-// arrive at random (Poisson) on a ring of simShards shards, wait in the
-// queue of their shard's admitter, coalesce as in the queue (a key that
-// arrives while waiting waits once; one that arrives while it runs runs
-// again after), and run on asWorkers workers per replica for asService
-// each. Each replica reports its shards' load in its membership writes
-// (AnnotationReport, written and read as the replicas do), every replica
-// computes the ring's signal from its view (signalOf), a scrape reads
-// the max of their DesiredReplicas, and an autoscaler that follows the
-// Kubernetes HorizontalPodAutoscaler's algorithm with the behaviour of
-// the example's manifest (asManifest) sets the Deployment's replicas:
-// an added pod joins the ring asPodStart later, a removed one leaves
-// gracefully (SIGTERM: Run's context ends). The arrival rate triples at
-// asStep, drops back for a lull of two minutes amid it, and drops back at
-// asDrop.
+// (no lost answers, stalls or partitions), runs keys of its own: events
+// of asObjects objects arrive at random (Poisson) on a ring of simShards
+// shards; the replica that admits an event's shard records it in its
+// ledger and queues its key (none does while the shard moves). Each
+// replica has a queue as a plain workqueue is: FIFO, a key that arrives
+// while waiting waits once, one that arrives while it runs runs again
+// after, at the tail. A replica whose admitted shards change does what
+// its loop does, with its real ledger: it removes the keys of a shard it
+// no longer admits (dropGone forgets them), and owes a run to every
+// object of a shard it gains (every key that ever arrived of it: the
+// catch-up, which the ledger feeds to its queue a few at a time as runs
+// begin). Keys run on asWorkers workers per replica for asService each,
+// begun and ended by the ledger. Each replica reports its shards' load as
+// its ledger measures it in its membership writes (AnnotationReport,
+// written and read as the replicas do), every replica computes the ring's
+// signal from its view (signalOf), a scrape reads the max of their
+// DesiredReplicas, and an autoscaler that follows the Kubernetes
+// HorizontalPodAutoscaler's algorithm with the behaviour of the example's
+// manifest (asManifest) sets the Deployment's replicas: an added pod
+// joins the ring asPodStart later, a removed one leaves gracefully
+// (SIGTERM: Run's context ends). The arrival rate triples at asStep,
+// drops back for a lull of two minutes amid it, and drops back at asDrop.
 //
 // Checked: no two replicas run keys of one shard at once (the harness's
 // check by hash range after every event, and the exclusion oracle on
 // every run), no key runs twice at once, no key is lost (every arrival is
-// followed by a run that starts after it, and no key waits at the end),
-// the ring reaches the replicas the step asks for (8) within asPeakBound,
-// the backlog (the oldest waiting key's age) is back under
-// asTargetOldest within asRecoverBound of the step and stays there, the
-// replicas never fall between the step and the drop (the lull included)
-// nor rise once they fell after it (no flapping), scale-down drains (every removed replica leaves
-// gracefully, its runs finished, none cancelled) and the ring is back at
-// its base replicas by the end. The figures are in docs/autoscale.md.
+// followed by a run that starts after it, an arrival during a move by its
+// shard's catch-up; at the end no key waits in a queue nor is pending in
+// a ledger: every catch-up key was run or dropped with its shard), the
+// ring reaches the replicas the step asks for (8) within asPeakBound, the
+// backlog (the oldest event key waiting in a queue) is back under
+// asTargetOldest within asRecoverBound of the step and stays there
+// (through the scale-down's catch-ups), the replicas never fall between
+// the step and the drop (the lull included) nor rise once they fell after
+// it (no flapping: a catch-up that made the ring look behind or busy
+// would), scale-down drains (every removed replica leaves gracefully, its
+// runs finished, none cancelled) and the ring is back at its base
+// replicas by the end. The figures are in docs/autoscale.md.
 
 const (
 	asWorkers = 4           // workers per replica
@@ -59,7 +70,12 @@ const (
 	// 4.9 workers' work, more than its workers run.
 	asBase  = 6.5
 	asStart = 20 * time.Second // the first arrival
-	asStep  = 3 * time.Minute
+	// asObjects is how many objects the keys are of: an arrival is an
+	// event of one at random. A shard's objects (about 320) are each owed
+	// a run by the replica that gains it (its catch-up): 80 s of its 4
+	// workers, as a shard of 160 objects at 2 s a run is.
+	asObjects = 8 * 320
+	asStep    = 3 * time.Minute
 	// A lull: the base rate from asLull for asLullFor, amid the high
 	// load, shorter than the HPA's down window, which holds the replicas.
 	asLull         = asStep + 8*time.Minute
@@ -226,11 +242,39 @@ func (h *asHPA) sync(now time.Time, cur int, metric float64) int {
 	return want
 }
 
-// asKey is one key's state in the queue.
+// asKey is one object's state: its shard, whether a run of it is in
+// flight, and since when it is owed a run (zero: not owed): its first
+// arrival not yet followed by the start of a run. An arrival no replica
+// admits (its shard moving) is owed through the catch-up of the shard's
+// next admitter.
 type asKey struct {
 	shard   int
-	since   time.Time // waiting since (zero: not waiting); while running, arrived again since
 	running bool
+	owed    time.Time
+}
+
+// asQueue is one replica's queue, as a plain workqueue keeps it: a key
+// waits once (dirty), in order of addition (fifo), and one added while
+// it runs (processing) waits again once its run returns, at the tail.
+type asQueue struct {
+	fifo       []asEntry
+	dirty      map[string]asWait
+	processing map[string]bool
+}
+
+// asEntry is a place in the FIFO, valid while its key's dirty record has
+// its seq (a key removed and added again has a later place).
+type asEntry struct {
+	key string
+	seq int
+}
+
+// asWait is a key waiting in a queue: since when (an event's arrival, or
+// a catch-up key's feed), and whether it is a catch-up key.
+type asWait struct {
+	since   time.Time
+	seq     int
+	catchUp bool
 }
 
 // asRun is a run in flight.
@@ -238,13 +282,7 @@ type asRun struct {
 	key, replica string
 	shard        int
 	start, end   time.Time // end: when it returns unless cancelled
-	since        time.Time // when the key it serves began waiting
-}
-
-// asSpan is a finished run, for the work of the last loadWindow.
-type asSpan struct {
-	shard      int
-	start, end time.Time
+	catchUp      bool
 }
 
 // asModel is the keys, the queue, the autoscaler and the figures.
@@ -254,11 +292,15 @@ type asModel struct {
 	hpa    asHPA
 	target scaleTarget
 
-	keys  map[string]*asKey
-	queue [simShards][]string // per shard, the keys waiting, oldest first
-	runs  map[int]asRun       // by run number
-	spans map[string][]asSpan // per replica, the last loadWindow's finished runs
-	track exclusion.Tracker
+	names   []string // the objects' keys
+	keys    map[string]*asKey
+	objects [simShards][]string     // per shard, every key that ever arrived: its objects
+	queues  map[string]*asQueue     // per replica
+	prev    map[string][]int        // per replica, its admitted shards at the last sync
+	held    map[string]map[int]bool // per replica, its held shards at the last report
+	qseq    int
+	runs    map[int]asRun // by run number
+	track   exclusion.Tracker
 
 	replicas  int // the Deployment's
 	starting  int // pods added not yet started
@@ -280,6 +322,11 @@ type asModel struct {
 	peakAt      time.Time
 	peak        int
 	scaleDownAt time.Time
+	gains       int           // shards gained with objects owed a catch-up
+	owedKeys    int           // the catch-up keys owed, summed
+	catchUpRuns int           // runs of catch-up keys
+	maxOwed     time.Duration // the longest an arrival waited for its run, after the drop
+	maxDown     time.Duration // after the drop: the oldest waiting event key, at the scrapes
 }
 
 func newAsModel(t testing.TB, seed uint64) *asModel {
@@ -287,9 +334,14 @@ func newAsModel(t testing.TB, seed uint64) *asModel {
 	s.calm, s.replay = true, true // no faults: the autoscaler's moves only
 	m := &asModel{s: s, rnd: rand.New(rand.NewPCG(seed, 0xa5ca1e)), hpa: asBehavior(t),
 		target: scaleTarget{busy: DefaultTargetBusy, oldest: asTargetOldest, shards: simShards},
-		keys:   map[string]*asKey{}, runs: map[int]asRun{}, spans: map[string][]asSpan{},
-		replicas: asBaseReplicas, leaves: map[string]time.Time{}}
+		keys:   map[string]*asKey{}, queues: map[string]*asQueue{}, prev: map[string][]int{}, held: map[string]map[int]bool{},
+		runs: map[int]asRun{}, replicas: asBaseReplicas, leaves: map[string]time.Time{}}
 	s.keys, s.report, s.hook = m.fill, m.report, m.event
+	// Random names, as UIDs are: the shards hold about as many each.
+	names := rand.New(rand.NewPCG(seed, 0x0b1ec7))
+	for range asObjects {
+		m.names = append(m.names, fmt.Sprintf("k%016x", names.Uint64()))
+	}
 	m.timeline = append(m.timeline, asRec{t0, asBaseReplicas})
 	s.at(asStart, "arrive", "")
 	s.at(asHPAStart-asSync/2, "scrape", "")
@@ -330,6 +382,12 @@ func (m *asModel) event(e simEvent) {
 		}
 		m.starting--
 	}
+	// Any event may change a replica's admitted shards (a decision, a
+	// session's end) or free a worker: each queue follows, and the free
+	// workers take its keys.
+	for _, rp := range s.list {
+		m.fill(rp)
+	}
 	for _, rp := range s.list {
 		if rp.leaving && rp.dead {
 			if at, ok := m.leaves[rp.id]; ok {
@@ -346,65 +404,146 @@ func (m *asModel) event(e simEvent) {
 	}
 }
 
-// arrive adds a key at random, as the queue would: a waiting key waits
-// once; a running one runs again once it returns.
+// arrive is an event of an object at random: every replica's informer
+// sees it, and the one that admits its shard queues its key (the
+// Replica's event handler, which records it in the ledger first). If none
+// does (its shard moving), its next admitter's catch-up owes it a run.
 func (m *asModel) arrive() {
 	m.arrivals++
-	key := "k" + strconv.Itoa(m.rnd.IntN(1<<20))
+	key := m.names[m.rnd.IntN(asObjects)]
 	k := m.keys[key]
 	if k == nil {
 		k = &asKey{shard: ShardOf(Hash(key), simShards)}
 		m.keys[key] = k
+		m.objects[k.shard] = append(m.objects[k.shard], key)
 	}
-	if !k.since.IsZero() {
+	if k.owed.IsZero() {
+		k.owed = m.s.now
+	}
+	for _, rp := range m.s.list {
+		if !rp.dead && rp.led.event(key, k.shard, false, true, m.s.clock(rp)) {
+			m.add(rp, key, false)
+		}
+	}
+}
+
+// queue returns rp's queue.
+func (m *asModel) queue(rp *simReplica) *asQueue {
+	q := m.queues[rp.id]
+	if q == nil {
+		q = &asQueue{dirty: map[string]asWait{}, processing: map[string]bool{}}
+		m.queues[rp.id] = q
+	}
+	return q
+}
+
+// add is the queue's Add of key to rp's queue: a key waiting already
+// waits once (an event for a fed catch-up key makes it an event key, as
+// the ledger does: it waits for the event from now), one running waits
+// again once its run returns.
+func (m *asModel) add(rp *simReplica, key string, catchUp bool) {
+	q := m.queue(rp)
+	if w, ok := q.dirty[key]; ok {
+		if !catchUp && w.catchUp {
+			w.since, w.catchUp = m.s.now, false
+			q.dirty[key] = w
+		}
 		return
 	}
-	k.since = m.s.now
-	if !k.running {
-		m.queue[k.shard] = append(m.queue[k.shard], key)
-		for _, rp := range m.s.list {
-			m.fill(rp)
-		}
+	m.qseq++
+	q.dirty[key] = asWait{since: m.s.now, seq: m.qseq, catchUp: catchUp}
+	if !q.processing[key] {
+		q.fifo = append(q.fifo, asEntry{key: key, seq: m.qseq})
 	}
 }
 
-// admits reports whether rp admits shard i now.
-func (m *asModel) admits(rp *simReplica, i int) bool {
-	rp.led.mu.Lock()
-	defer rp.led.mu.Unlock()
-	return rp.led.admitsLocked(i, m.s.clock(rp))
+// feed adds catch-up keys the ledger fed to rp's queue.
+func (m *asModel) feed(rp *simReplica, keys []string) {
+	for _, key := range keys {
+		m.add(rp, key, true)
+	}
 }
 
-// fill starts runs on rp's free workers: the oldest waiting key of the
-// shards it admits first.
+// pop takes the key at the head of the queue, as Get does.
+func (q *asQueue) pop() (string, bool) {
+	for len(q.fifo) > 0 {
+		e := q.fifo[0]
+		q.fifo = q.fifo[1:]
+		if w, ok := q.dirty[e.key]; ok && w.seq == e.seq && !q.processing[e.key] {
+			delete(q.dirty, e.key)
+			return e.key, true
+		}
+	}
+	return "", false
+}
+
+// sync is the loop's admitted for rp's queue, with the ledger's calls it
+// makes: it compares rp's admitted shards with those of the last call,
+// removes the keys of the shards no longer admitted (dropGone forgets
+// their pending keys), owes a catch-up run to every object of the gained
+// ones (gained feeds the first few), and otherwise feeds a stalled feed.
+func (m *asModel) sync(rp *simReplica) {
+	now := rp.led.active()
+	gained, lost := diff(m.prev[rp.id], now), diff(now, m.prev[rp.id])
+	m.prev[rp.id] = now
+	at := m.s.clock(rp)
+	if len(gained)+len(lost) == 0 {
+		m.feed(rp, rp.led.feed(at))
+		return
+	}
+	gone := rp.led.dropGone(lost)
+	q := m.queue(rp)
+	for _, s := range lost {
+		for _, key := range m.objects[s] {
+			delete(q.dirty, key) // Queue.Remove
+		}
+	}
+	for _, s := range gained {
+		keys := slices.Clone(m.objects[s])
+		if len(keys) > 0 {
+			m.gains++
+			m.owedKeys += len(keys)
+		}
+		m.feed(rp, rp.led.gained(s, at, keys))
+	}
+	for _, key := range gone {
+		delete(q.dirty, key)
+	}
+	m.feed(rp, rp.led.feed(at))
+}
+
+// fill brings rp's queue in line with its admitted shards (sync), then
+// starts runs on its free workers, the keys in its queue's order, as its
+// Handler does: a run that begins (or is refused) adds the catch-up keys
+// the ledger feeds; a refused key is done.
 func (m *asModel) fill(rp *simReplica) {
+	m.sync(rp)
 	s := m.s
+	q := m.queue(rp)
 	for !rp.dead && len(rp.runs) < asWorkers {
-		best := -1
-		for i := range simShards {
-			if len(m.queue[i]) == 0 || !m.admits(rp, i) {
-				continue
-			}
-			if best < 0 || m.keys[m.queue[i][0]].since.Before(m.keys[m.queue[best][0]].since) {
-				best = i
-			}
-		}
-		if best < 0 {
-			return
-		}
-		key := m.queue[best][0]
-		tk, ok := rp.led.begin(context.Background(), key, best, true, s.clock(rp))
+		key, ok := q.pop()
 		if !ok {
 			return
 		}
-		m.queue[best] = m.queue[best][1:]
 		k := m.keys[key]
-		m.track.Enter(rp.id, key, exclusion.Shard{Index: best, Count: simShards})
+		tk, ok := rp.led.begin(context.Background(), key, k.shard, true, s.clock(rp))
+		m.feed(rp, tk.feed)
+		if !ok {
+			continue
+		}
+		q.processing[key] = true
+		m.track.Enter(rp.id, key, exclusion.Shard{Index: k.shard, Count: simShards})
 		s.seq++
 		n := s.seq
 		rp.runs = append(rp.runs, simRun{n: n, tk: tk})
-		m.runs[n] = asRun{key: key, replica: rp.id, shard: best, start: s.now, end: s.now.Add(asService), since: k.since}
-		k.since, k.running = time.Time{}, true
+		m.runs[n] = asRun{key: key, replica: rp.id, shard: k.shard, start: s.now, end: s.now.Add(asService), catchUp: tk.catchUp}
+		if tk.catchUp {
+			m.catchUpRuns++
+		}
+		if !k.owed.IsZero() && s.now.Sub(t0) >= asDrop {
+			m.maxOwed = max(m.maxOwed, s.now.Sub(k.owed))
+		}
+		k.owed, k.running = time.Time{}, true
 		m.ran++
 		s.q.push(simEvent{at: s.now.Add(asService), seq: n, kind: "runend", id: rp.id, n: n})
 	}
@@ -412,6 +551,7 @@ func (m *asModel) fill(rp *simReplica) {
 
 // runEnd is told a runend event of rp's run n: the run returned if the
 // harness removed it (once; a cancelled run's natural end finds it gone).
+// The key is done: if it was added meanwhile it waits again, at the tail.
 func (m *asModel) runEnd(rp *simReplica, n int) {
 	r, ok := m.runs[n]
 	if !ok || slices.ContainsFunc(rp.runs, func(x simRun) bool { return x.n == n }) {
@@ -419,85 +559,68 @@ func (m *asModel) runEnd(rp *simReplica, n int) {
 	}
 	delete(m.runs, n)
 	m.track.Exit(r.replica, r.key)
-	now := m.s.now
-	m.spans[rp.id] = append(m.spans[rp.id], asSpan{shard: r.shard, start: r.start, end: now})
 	k := m.keys[r.key]
 	k.running = false
-	if now.Before(r.end) { // cancelled: the key waits again, since it first did
+	q := m.queue(rp)
+	delete(q.processing, r.key)
+	if m.s.now.Before(r.end) { // cancelled: owed again, by the shard's next admitter
 		m.cancels++
-		if k.since.IsZero() || r.since.Before(k.since) {
-			k.since = r.since
+		if k.owed.IsZero() {
+			k.owed = r.start
 		}
 	}
-	if !k.since.IsZero() {
-		m.queue[k.shard] = append(m.queue[k.shard], r.key)
-		// The queue is kept oldest first.
-		q := m.queue[k.shard]
-		slices.SortStableFunc(q, func(a, b string) int { return m.keys[a].since.Compare(m.keys[b].since) })
-	}
-	for _, rp := range m.s.list {
-		m.fill(rp)
+	if w, ok := q.dirty[r.key]; ok {
+		q.fifo = append(q.fifo, asEntry{key: r.key, seq: w.seq})
 	}
 }
 
 // report is rp's AnnotationReport as its membership write carries it,
-// read back as the other replicas read it.
+// read back as the other replicas read it: its held shards' load as its
+// ledger measures it (the observer's, on rp's clock).
 func (m *asModel) report(rp *simReplica) memberLoad {
-	now := m.s.now
-	from := now.Add(-loadWindow)
-	work := make(map[int]time.Duration)
-	spans := m.spans[rp.id][:0]
-	for _, sp := range m.spans[rp.id] {
-		if sp.end.After(from) {
-			spans = append(spans, sp)
-			work[sp.shard] += sp.end.Sub(later(sp.start, from))
-		}
-	}
-	m.spans[rp.id] = spans
-	for _, r := range rp.runs {
-		if x, ok := m.runs[r.n]; ok {
-			work[x.shard] += now.Sub(later(x.start, from))
-		}
-	}
+	now := m.s.clock(rp)
 	active, draining := rp.led.states()
+	admitted := rp.led.active()
 	var held []heldShard
-	add := func(i int, state string) {
-		h := heldShard{shard: i, state: state, known: true, load: shardLoad{work: work[i]}}
-		if state == stateAdmitted && len(m.queue[i]) > 0 {
-			h.load.ready = len(m.queue[i])
-			h.load.oldest = now.Sub(m.keys[m.queue[i][0]].since)
-		}
-		held = append(held, h)
-	}
 	for _, i := range active {
 		state := stateFilling
-		if m.admits(rp, i) {
+		if _, ok := slices.BinarySearch(admitted, i); ok {
 			state = stateAdmitted
 		}
-		add(i, state)
+		held = append(held, heldShard{shard: i, state: state})
 	}
 	for _, i := range draining {
-		add(i, stateDraining)
+		held = append(held, heldShard{shard: i, state: stateDraining})
 	}
 	slices.SortFunc(held, func(a, b heldShard) int { return a.shard - b.shard })
+	prev, cur := m.held[rp.id], map[int]bool{}
+	ids := make([]int, len(held))
+	for i, h := range held {
+		ids[i], cur[h.shard] = h.shard, true
+		if !prev[h.shard] {
+			rp.led.heldFrom(h.shard, now)
+		}
+	}
+	m.held[rp.id] = cur
+	loads, known := rp.led.measured(ids, now)
+	for i := range held {
+		held[i].load, held[i].known = loads[i], known[i]
+	}
 	var l memberLoad
 	l.held, l.workers = parseReport(reportOf(held, asWorkers), simShards)
 	return l
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// oldest is the oldest waiting key's age now, whoever admits its shard.
+// oldest is the age of the oldest event key waiting in a queue now: the
+// backlog a user sees. Catch-up keys are not events; an event that came
+// while its shard moved waits for the catch-up (maxOwed).
 func (m *asModel) oldest() time.Duration {
 	var d time.Duration
-	for i := range simShards {
-		if len(m.queue[i]) > 0 {
-			d = max(d, m.s.now.Sub(m.keys[m.queue[i][0]].since))
+	for _, q := range m.queues {
+		for _, w := range q.dirty {
+			if !w.catchUp {
+				d = max(d, m.s.now.Sub(w.since))
+			}
 		}
 	}
 	return d
@@ -521,6 +644,9 @@ func (m *asModel) scrape() {
 		m.maxOldest = max(m.maxOldest, o)
 		if o > asTargetOldest {
 			m.behindAt = m.s.now
+		}
+		if since >= asDrop {
+			m.maxDown = max(m.maxDown, o)
 		}
 	}
 }
@@ -577,15 +703,25 @@ func (m *asModel) run() string {
 	if v := m.track.Violations(); len(v) > 0 {
 		return "exclusion: " + strings.Join(v, "; ")
 	}
-	waiting := 0
+	waiting, queued, pending := 0, 0, 0
 	for _, k := range m.keys {
-		if !k.since.IsZero() || k.running {
+		if !k.owed.IsZero() || k.running {
 			waiting++
 		}
 	}
+	for _, q := range m.queues {
+		queued += len(q.dirty)
+	}
+	for _, rp := range m.s.list {
+		rp.led.mu.Lock()
+		pending += len(rp.led.pending.at)
+		rp.led.mu.Unlock()
+	}
 	switch {
 	case waiting > 0:
-		return fmt.Sprintf("%d keys still wait or run a minute after the last arrival: lost", waiting)
+		return fmt.Sprintf("%d keys still owed a run or running at the end: lost", waiting)
+	case queued > 0 || pending > 0:
+		return fmt.Sprintf("%d keys queued, %d pending in the ledgers (a catch-up not fed or not dropped with its shard) at the end", queued, pending)
 	case m.cancels > 0:
 		return fmt.Sprintf("%d runs cancelled: a scale-down did not drain", m.cancels)
 	case m.firstUp.IsZero() || m.peak < asMax:
@@ -613,9 +749,11 @@ func (m *asModel) figures() string {
 		rec = m.behindAt.Sub(t0.Add(asStep)) + asSync
 	}
 	return fmt.Sprintf("first scale-up %v after the step, peak %d replicas %v after it; backlog over %v until %v after the step (max oldest %v); "+
-		"first scale-down %v after the drop; %d leaves, the longest %v; %d arrivals, %d runs; replicas: %s",
+		"first scale-down %v after the drop; %d leaves, the longest %v; %d arrivals, %d runs; "+
+		"%d shards gained with a catch-up, %d keys owed, %d catch-up runs; after the drop: oldest %v, an arrival's longest wait for its run %v; replicas: %s",
 		m.firstUp.Sub(t0.Add(asStep)), m.peak, m.peakAt.Sub(t0.Add(asStep)), asTargetOldest, rec, m.maxOldest.Round(time.Second),
-		m.scaleDownAt.Sub(t0.Add(asDrop)), m.leavesDone, m.maxLeave.Round(100*time.Millisecond), m.arrivals, m.ran, strings.Join(tl, " "))
+		m.scaleDownAt.Sub(t0.Add(asDrop)), m.leavesDone, m.maxLeave.Round(100*time.Millisecond), m.arrivals, m.ran,
+		m.gains, m.owedKeys, m.catchUpRuns, m.maxDown.Round(time.Second), m.maxOwed.Round(time.Second), strings.Join(tl, " "))
 }
 
 // TestSimAutoscale runs the scenario for seed 0; SHARDING_AUTOSCALE_SEEDS=n
