@@ -1,6 +1,9 @@
 package sharding
 
 import (
+	"fmt"
+
+	"k8s.io/klog/v2"
 	"slices"
 	"time"
 )
@@ -182,6 +185,7 @@ func (b *ledger) gained(s int, now time.Time, keys []string) []string {
 	if b.pending.at == nil {
 		return keys
 	}
+	b.pending.idleUntil(now)
 	b.pending.gain(s, now, keys)
 	return b.feedLocked(now)
 }
@@ -189,24 +193,53 @@ func (b *ledger) gained(s int, now time.Time, keys []string) []string {
 // feedLocked returns the next catch-up keys to add to the queue, of
 // shards admitted at now. b.mu must be held.
 func (b *ledger) feedLocked(now time.Time) []string {
+	return b.feedOf(now, false)
+}
+
+// feedOf is feedLocked; force feeds the keys of a shard held but not
+// admitted for now too (their runs are refused and owed again, behind
+// the others), rather than waiting at the first of them.
+func (b *ledger) feedOf(now time.Time, force bool) []string {
 	if (b.pending.outstanding >= catchUpWindow && b.pending.credit == 0) || len(b.pending.feed) == 0 {
 		return nil
 	}
-	return b.pending.take(func(s int) shardFeed {
+	out := b.pending.take(func(s int) shardFeed {
 		switch {
 		case b.admitsLocked(s, now):
 			return feedKey
 		case b.alive && b.state[s].state == shardActive:
+			if force {
+				return feedKey
+			}
 			return feedWait
 		}
 		return feedDrop
 	})
+	if len(out) > 0 {
+		b.pending.moved = now
+	}
+	return out
 }
 
 // feed returns the next catch-up keys to add to the queue (feedLocked):
-// the loop's, for a feed that stopped at a shard not admitted then.
+// the loop's, for a feed that stopped at a shard not admitted then. A
+// catch-up that has not moved on for catchUpStall is fed again, its fed
+// keys and those of shards not admitted for now included, and logged
+// with what stopped it: whatever stopped it, its objects' runs come.
 func (b *ledger) feed(now time.Time) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.feedLocked(now)
+	p := &b.pending
+	if p.at == nil || !p.stalled(now) {
+		return b.feedLocked(now)
+	}
+	head, headState := -1, ""
+	if len(p.feed) > 0 {
+		head = p.feed[0].shard
+		headState = fmt.Sprintf("%v admitted %v filled %v", b.state[head].state, b.admitsLocked(head, now), b.filled[head])
+	}
+	klog.InfoS("sharding: a catch-up made no progress; feeding it again", "since", now.Sub(p.moved).Round(time.Second),
+		"outstanding", p.outstanding, "credit", p.credit, "unfed", len(p.feed), "head", head, "headState", headState, "alive", b.alive, "pastDeadline", !now.Before(b.deadline))
+	p.refeed(now)
+	return b.feedOf(now, true)
 }

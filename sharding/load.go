@@ -125,6 +125,9 @@ type pendingKeys struct {
 	// for its share (catchUpShare); credit is the keys that share allows
 	// beyond the window.
 	others, credit int
+	// moved is when the catch-up last moved on: a key fed, or a catch-up
+	// key begun (set by the ledger, which knows the time; see stalled).
+	moved time.Time
 }
 
 // A pending key's kind: an event's, or a catch-up key not yet fed to the
@@ -272,6 +275,47 @@ func (p *pendingKeys) begun(key string) (catchUp bool) {
 		}
 	}
 	return catchUp
+}
+
+// catchUpStall is how long a catch-up may owe keys without moving on (no
+// key fed, no fed key begun) before the loop feeds it again (refeed):
+// longer than a run, which a fed key waits for at most once the window
+// is full, but short enough that a catch-up that stopped (a fed key the
+// queue let go without a run) costs a controller half a minute, not its
+// objects' runs.
+const catchUpStall = 30 * time.Second
+
+// idleUntil starts the stall's clock at now if the catch-up owed nothing
+// until now (it is about to owe).
+func (p *pendingKeys) idleUntil(now time.Time) {
+	if !slices.ContainsFunc(p.catchUp, func(c int) bool { return c > 0 }) {
+		p.moved = now
+	}
+}
+
+// stalled reports whether the catch-up owes keys and has not moved on
+// since catchUpStall before now.
+func (p *pendingKeys) stalled(now time.Time) bool {
+	return now.Sub(p.moved) > catchUpStall && slices.ContainsFunc(p.catchUp, func(c int) bool { return c > 0 })
+}
+
+// refeed makes every fed key unfed again, to be fed anew: a key fed to
+// the queue whose run never began (the queue let it go) holds a place of
+// the window for good. A fed key still in the queue is added again, which
+// the queue coalesces. It returns the keys it made unfed.
+func (p *pendingKeys) refeed(now time.Time) int {
+	var fed []pendingKey
+	var keys []string
+	for key, k := range p.at {
+		if k.kind == keyFed {
+			keys, fed = append(keys, key), append(fed, k)
+		}
+	}
+	for i, key := range keys {
+		p.gain(fed[i].shard, now, []string{key})
+	}
+	p.moved = now
+	return len(keys)
 }
 
 // forget deletes key, pending as k.

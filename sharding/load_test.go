@@ -336,3 +336,51 @@ func TestLedgerMeasuredRate(t *testing.T) {
 		}
 	}
 }
+
+// TestCatchUpStall checks that a catch-up that stopped moving on (its
+// fed keys let go by the queue without a run, or its first key of a
+// shard held but not admitted for long) is fed again after catchUpStall:
+// its objects' runs come, whatever stopped it.
+func TestCatchUpStall(t *testing.T) {
+	var b ledger
+	b.init(2)
+	at := time.Unix(0, 0)
+	for s := range 2 {
+		b.state[s].state, b.filled[s] = shardActive, true
+	}
+	b.alive, b.deadline = true, at.Add(time.Hour)
+	first := b.gained(0, at, []string{"a", "b", "c"})
+	if len(first) != catchUpWindow {
+		t.Fatalf("first feed %v", first)
+	}
+	// The queue lets a and b go; no run begins.
+	if got := b.feed(at.Add(catchUpStall)); got != nil {
+		t.Errorf("fed %v before catchUpStall passed", got)
+	}
+	later := at.Add(catchUpStall + time.Second)
+	got := b.feed(later)
+	// Run what is fed, as workers would: a, b and c all come.
+	for i := 0; i < len(got); i++ {
+		if tk, ok := b.begin(context.Background(), got[i], 0, true, later); ok {
+			got = append(got, tk.feed...)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("run after the stall: %v, want [a b c]", got)
+	}
+	// A key of a shard held but not filled (d, owed) heads the feed for
+	// longer than catchUpStall: the keys behind it (e) are fed anyway.
+	var c ledger
+	c.init(2)
+	c.state[0].state, c.state[1].state, c.filled[1] = shardActive, shardActive, true
+	c.alive, c.deadline = true, at.Add(time.Hour)
+	c.event("d", 0, false, true, at)
+	if got := c.gained(1, at, []string{"e"}); got != nil {
+		t.Errorf("fed %v past a shard not admitted", got)
+	}
+	got = c.feed(at.Add(catchUpStall + time.Second))
+	if !slices.Contains(got, "e") {
+		t.Errorf("fed after the stall: %v, want e among them", got)
+	}
+}

@@ -193,6 +193,7 @@ func (b *ledger) oweLocked(key string, s int, found bool, now time.Time) bool {
 	if b.pending.at == nil || !found || !b.alive || b.state[s].state != shardActive {
 		return false
 	}
+	b.pending.idleUntil(now)
 	b.pending.owe(key, s, now)
 	return true
 }
@@ -237,7 +238,9 @@ func (b *ledger) begin(ctx context.Context, key string, s int, found bool, now t
 	b.state[tk.shard].inflight++
 	b.inflight++
 	if b.pending.at != nil {
-		tk.catchUp = b.pending.begun(key)
+		if tk.catchUp = b.pending.begun(key); tk.catchUp {
+			b.pending.moved = now
+		}
 		tk.feed = b.feedLocked(now)
 	}
 	return tk, true
