@@ -67,10 +67,11 @@ const (
 // its backlog back under TargetOldest, and scale back down to where it
 // started, with no key lost and none run on two replicas at once.
 //
-// Opt-in (SHARDING_AUTOSCALE=1): it takes about 8 minutes.
+// Opt-in (SHARDING_AUTOSCALE=1, and -timeout 20m): it takes 8 to 12
+// minutes.
 func TestAutoscaleHPA(t *testing.T) {
 	if os.Getenv("SHARDING_AUTOSCALE") == "" {
-		t.Skip("set SHARDING_AUTOSCALE=1 to run the autoscaling scenario with Kubernetes' HPA controller (about 8 minutes)")
+		t.Skip("set SHARDING_AUTOSCALE=1 to run the autoscaling scenario with Kubernetes' HPA controller (8 to 12 minutes; -timeout 20m)")
 	}
 	ctx := t.Context()
 	cfg := server.restConfig()
@@ -212,6 +213,7 @@ func TestAutoscaleHPA(t *testing.T) {
 		return len(missing) == 0
 	}, 4*time.Minute, 100*time.Millisecond, "keys lost") {
 		t.Errorf("keys never reconciled: %d of %d, the first %v", len(missing), n, missing[:min(len(missing), 5)])
+		a.explain(missing[:min(len(missing), 5)])
 	}
 	t.Logf("every key reconciled %v after the ring was back at %d replicas", time.Since(end).Round(time.Second), hpaStart)
 	stopBG()
@@ -271,6 +273,7 @@ type autoscaled struct {
 type hpaReplica struct {
 	id      string
 	r       *sharding.Replica
+	q       *workqueue.RateLimitingQueue[string]
 	desired *recordingGauge
 	oldest  *recordingGauge
 	leaving bool
@@ -455,7 +458,7 @@ func (a *autoscaled) startLocked() (*hpaReplica, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.r = r
+	rep.r, rep.q = r, q
 	lister := corelisters.NewConfigMapLister(r.Informer().GetIndexer())
 	ctx, cancel := context.WithCancel(context.WithoutCancel(a.ctx))
 	rep.cancel = cancel
@@ -634,4 +637,30 @@ func (externalMetrics) GetRawMetric(string, string, labels.Selector, labels.Sele
 
 func (externalMetrics) GetObjectMetric(string, string, *autoscalingv2.CrossVersionObjectReference, labels.Selector) (int64, time.Time, error) {
 	return 0, time.Time{}, fmt.Errorf("no object metrics")
+}
+
+// explain logs, for each key, what every replica knows of it: whether it
+// owns it, the key's shard and that shard's state and ready keys in the
+// replica's status, and the key's state in its queue.
+func (a *autoscaled) explain(keys []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, key := range keys {
+		var parts []string
+		for _, id := range slices.Sorted(maps.Keys(a.replicas)) {
+			rep := a.replicas[id]
+			s, ok := rep.r.ShardOfKey(key)
+			part := fmt.Sprintf("%s: owns %v, shard %d (%v)", id, rep.r.Owns(key), s, ok)
+			if ok {
+				st := rep.r.Status()
+				if s < len(st.Shards) {
+					ss := st.Shards[s]
+					part += fmt.Sprintf(" local %q holder %q ready %d", ss.Local, ss.Holder, ss.Ready)
+				}
+			}
+			part += fmt.Sprintf(" queue %v", rep.q.State(key))
+			parts = append(parts, part)
+		}
+		a.t.Logf("%s: %s", key, strings.Join(parts, "; "))
+	}
 }
