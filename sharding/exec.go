@@ -379,7 +379,7 @@ func (l *loop) admitted() {
 			}
 		}
 		each(lost, func(_ int, key string) { l.cfg.Queue.Remove(key) })
-		at := time.Now()
+		at := l.now()
 		for _, s := range gained {
 			var keys []string
 			each([]int{s}, func(_ int, key string) { keys = append(keys, key) })
@@ -405,7 +405,7 @@ func (l *loop) admitted() {
 // that stopped at a shard not admitted then (a session's gap, an
 // informer's start) or whose fed keys were dropped with their shard.
 func (l *loop) feed() {
-	for _, key := range l.runs.feed(time.Now()) {
+	for _, key := range l.runs.feed(l.now()) {
 		l.cfg.Queue.Add(key)
 	}
 }

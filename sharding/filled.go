@@ -1,11 +1,10 @@
 package sharding
 
 import (
-	"fmt"
-
-	"k8s.io/klog/v2"
 	"slices"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // This file is the ledger's records beside its runs (runs.go): which
@@ -233,13 +232,13 @@ func (b *ledger) feed(now time.Time) []string {
 	if p.at == nil || !p.stalled(now) {
 		return b.feedLocked(now)
 	}
-	head, headState := -1, ""
+	kv := []any{"since", now.Sub(p.moved).Round(time.Second), "outstanding", p.outstanding, "credit", p.credit,
+		"unfed", len(p.feed), "alive", b.alive, "pastDeadline", !now.Before(b.deadline)}
 	if len(p.feed) > 0 {
-		head = p.feed[0].shard
-		headState = fmt.Sprintf("%v admitted %v filled %v", b.state[head].state, b.admitsLocked(head, now), b.filled[head])
+		head := p.feed[0].shard
+		kv = append(kv, "head", head, "headState", b.state[head].state, "headAdmitted", b.admitsLocked(head, now), "headFilled", b.filled[head])
 	}
-	klog.InfoS("sharding: a catch-up made no progress; feeding it again", "since", now.Sub(p.moved).Round(time.Second),
-		"outstanding", p.outstanding, "credit", p.credit, "unfed", len(p.feed), "head", head, "headState", headState, "alive", b.alive, "pastDeadline", !now.Before(b.deadline))
+	klog.InfoS("sharding: a catch-up made no progress; feeding it again", kv...)
 	p.refeed(now)
 	return b.feedOf(now, true)
 }

@@ -150,9 +150,9 @@ const (
 const catchUpShare = 4
 
 // catchUpWindow is the most catch-up keys fed to the queue whose run has
-// not begun (beyond those of the share, catchUpShare). Each begin feeds the next, so the workers fill up with
-// catch-up runs when nothing else waits; an event waits behind at most
-// this many. Two rather than one, so that a fed key that the queue holds
+// not begun (beyond those of the share, catchUpShare). Each begin feeds
+// the next, so the workers fill up with catch-up runs when nothing else
+// waits; an event waits behind at most this many. Two rather than one, so that a fed key that the queue holds
 // back (coalesced with a run of the same key in flight) does not stop the
 // feed for that run's length.
 const catchUpWindow = 2
@@ -288,34 +288,37 @@ const catchUpStall = 30 * time.Second
 // idleUntil starts the stall's clock at now if the catch-up owed nothing
 // until now (it is about to owe).
 func (p *pendingKeys) idleUntil(now time.Time) {
-	if !slices.ContainsFunc(p.catchUp, func(c int) bool { return c > 0 }) {
+	if !p.owes() {
 		p.moved = now
 	}
+}
+
+// owes reports whether any shard has catch-up keys (unfed or fed).
+func (p *pendingKeys) owes() bool {
+	return slices.ContainsFunc(p.catchUp, func(c int) bool { return c > 0 })
 }
 
 // stalled reports whether the catch-up owes keys and has not moved on
 // since catchUpStall before now.
 func (p *pendingKeys) stalled(now time.Time) bool {
-	return now.Sub(p.moved) > catchUpStall && slices.ContainsFunc(p.catchUp, func(c int) bool { return c > 0 })
+	return now.Sub(p.moved) > catchUpStall && p.owes()
 }
 
 // refeed makes every fed key unfed again, to be fed anew: a key fed to
 // the queue whose run never began (the queue let it go) holds a place of
 // the window for good. A fed key still in the queue is added again, which
-// the queue coalesces. It returns the keys it made unfed.
-func (p *pendingKeys) refeed(now time.Time) int {
-	var fed []pendingKey
-	var keys []string
+// the queue coalesces.
+func (p *pendingKeys) refeed(now time.Time) {
+	var fed []pendingEntry // collected first: gain rewrites at
 	for key, k := range p.at {
 		if k.kind == keyFed {
-			keys, fed = append(keys, key), append(fed, k)
+			fed = append(fed, pendingEntry{key: key, shard: k.shard})
 		}
 	}
-	for i, key := range keys {
-		p.gain(fed[i].shard, now, []string{key})
+	for _, e := range fed {
+		p.gain(e.shard, now, []string{e.key})
 	}
 	p.moved = now
-	return len(keys)
 }
 
 // forget deletes key, pending as k.
@@ -349,7 +352,7 @@ func (p *pendingKeys) drop(s int) {
 		}
 	}
 	p.n[s], p.catchUp[s] = 0, 0
-	if !slices.ContainsFunc(p.catchUp, func(c int) bool { return c > 0 }) {
+	if !p.owes() {
 		p.feed = nil // all stale
 	}
 }
